@@ -1,0 +1,292 @@
+/*
+ * Plait — the NCCL 2.28 C API, implemented by Plait.
+ *
+ * This header is Plait's own description of the NCCL 2.28 application binary
+ * interface: the same type layouts, enum values, macros and function
+ * signatures, so a program built against NVIDIA's nccl.h links against
+ * libnccl.so.2 from Plait unchanged, and a program built against this header
+ * links against NVIDIA's NCCL.
+ *
+ * Host-only builds: when CUDA headers are not available (or PLAIT_NO_CUDA is
+ * defined) `cudaStream_t` is an opaque pointer. A null stream means "blocking:
+ * return when the operation is complete"; a non-null stream must be a Plait
+ * host stream (see plait/stream.hpp, plaitStreamCreate) in such builds.
+ *
+ * Every function returns ncclSuccess or an error code; on error a message
+ * naming what was wrong is available from ncclGetLastError(comm).
+ * Every function also exists under a `pnccl` prefix for profilers.
+ */
+#ifndef NCCL_H_
+#define NCCL_H_
+
+#if !defined(PLAIT_NO_CUDA) && defined(__has_include)
+#if __has_include(<cuda_runtime.h>)
+#define PLAIT_NCCL_H_HAS_CUDA 1
+#endif
+#endif
+
+#if defined(PLAIT_NCCL_H_HAS_CUDA)
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#else
+/* Opaque stream handle for host-only builds: same size and passing
+ * convention as CUDA's `struct CUstream_st*`. */
+typedef struct CUstream_st* cudaStream_t;
+#endif
+
+#include <stddef.h>
+#include <limits.h>
+
+#define NCCL_MAJOR 2
+#define NCCL_MINOR 28
+#define NCCL_PATCH 9
+#define NCCL_SUFFIX ""
+
+/* Versions up to 2.8 were coded X*1000+Y*100+Z, later ones X*10000+Y*100+Z. */
+#define NCCL_VERSION(X, Y, Z) \
+  (((X) <= 2 && (Y) <= 8) ? (X)*1000 + (Y)*100 + (Z) : (X)*10000 + (Y)*100 + (Z))
+#define NCCL_VERSION_CODE NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)
+
+/* Plait's own version, reported by plait-info and in NCCL_DEBUG=VERSION. */
+#define PLAIT_VERSION_STRING "0.1.0"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A communicator: an opaque handle owned by the library. */
+typedef struct ncclComm* ncclComm_t;
+/* A registered memory window (not supported yet by Plait). */
+typedef struct ncclWindow_vidmem* ncclWindow_t;
+#define NCCL_COMM_NULL NULL
+
+/* The rendezvous token made by ncclGetUniqueId and shared by all ranks. */
+#define NCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[NCCL_UNIQUE_ID_BYTES];
+} ncclUniqueId;
+
+typedef enum {
+  ncclSuccess = 0,
+  ncclUnhandledCudaError = 1,
+  ncclSystemError = 2,
+  ncclInternalError = 3,
+  ncclInvalidArgument = 4,
+  ncclInvalidUsage = 5,
+  ncclRemoteError = 6,
+  ncclInProgress = 7,
+  ncclNumResults = 8
+} ncclResult_t;
+
+#define NCCL_CONFIG_UNDEF_INT INT_MIN
+#define NCCL_CONFIG_UNDEF_PTR NULL
+#define NCCL_SPLIT_NOCOLOR -1
+#define NCCL_UNDEF_FLOAT -1.0f
+
+/* Flags of ncclCommWindowRegister. */
+#define NCCL_WIN_DEFAULT 0x00
+#define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_REQUIRED_ALIGNMENT 4096
+
+/* Values of ncclConfig_t.CTAPolicy. */
+#define NCCL_CTA_POLICY_DEFAULT 0x00
+#define NCCL_CTA_POLICY_EFFICIENCY 0x01
+#define NCCL_CTA_POLICY_ZERO 0x02
+
+/* Flags of ncclCommShrink and ncclCommRevoke. */
+#define NCCL_SHRINK_DEFAULT 0x00
+#define NCCL_SHRINK_ABORT 0x01
+#define NCCL_REVOKE_DEFAULT 0x00
+
+/* Options for ncclCommInitRankConfig / ncclCommSplit. Always start from
+ * NCCL_CONFIG_INITIALIZER; fields left at NCCL_CONFIG_UNDEF_* take defaults. */
+typedef struct ncclConfig_v22800 {
+  size_t size;          /* sizeof(ncclConfig_t) of the caller's header */
+  unsigned int magic;   /* 0xcafebeef */
+  unsigned int version; /* NCCL_VERSION_CODE of the caller's header */
+  int blocking;         /* 0: calls may return ncclInProgress */
+  int cgaClusterSize;
+  int minCTAs;
+  int maxCTAs;          /* Plait: upper bound on channels */
+  const char* netName;
+  int splitShare;
+  int trafficClass;
+  const char* commName;
+  int collnetEnable;
+  int CTAPolicy;
+  int shrinkShare;
+  int nvlsCTAs;
+  int nChannelsPerNetPeer;
+  int nvlinkCentricSched;
+} ncclConfig_t;
+
+#define NCCL_CONFIG_INITIALIZER                                                    \
+  {                                                                                \
+    sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,       \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,       \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,       \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,       \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT                               \
+  }
+
+/* Result of ncclGroupSimulateEnd. */
+typedef struct ncclSimInfo_v22200 {
+  size_t size;
+  unsigned int magic; /* 0x74685283 */
+  unsigned int version;
+  float estimatedTime; /* microseconds */
+} ncclSimInfo_t;
+
+#define NCCL_SIM_INFO_INITIALIZER \
+  { sizeof(ncclSimInfo_t), 0x74685283, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), NCCL_UNDEF_FLOAT }
+
+/* Reduction operations. Values from ncclNumOps up are user operations made
+ * by ncclRedOpCreatePreMulSum. */
+typedef enum { ncclNumOps_dummy = 5 } ncclRedOp_dummy_t;
+typedef enum {
+  ncclSum = 0,
+  ncclProd = 1,
+  ncclMax = 2,
+  ncclMin = 3,
+  ncclAvg = 4,
+  ncclNumOps = 5,
+  ncclMaxRedOp = 0x7fffffff >> (32 - 8 * sizeof(ncclRedOp_dummy_t))
+} ncclRedOp_t;
+
+typedef enum {
+  ncclInt8 = 0, ncclChar = 0,
+  ncclUint8 = 1,
+  ncclInt32 = 2, ncclInt = 2,
+  ncclUint32 = 3,
+  ncclInt64 = 4,
+  ncclUint64 = 5,
+  ncclFloat16 = 6, ncclHalf = 6,
+  ncclFloat32 = 7, ncclFloat = 7,
+  ncclFloat64 = 8, ncclDouble = 8,
+  ncclBfloat16 = 9,
+  ncclFloat8e4m3 = 10,
+  ncclFloat8e5m2 = 11,
+  ncclNumTypes = 12
+} ncclDataType_t;
+
+/* Where the scalar of ncclRedOpCreatePreMulSum lives. */
+typedef enum {
+  ncclScalarDevice = 0,        /* read while the collective runs */
+  ncclScalarHostImmediate = 1  /* read before the create call returns */
+} ncclScalarResidence_t;
+
+/* Declares `ncclX` and its profiler alias `pncclX` with one signature. */
+#define PLAIT_DECLARE(ret, name, args) \
+  ret nccl##name args;                 \
+  ret pnccl##name args
+
+/* ---- Memory ---------------------------------------------------------- */
+/* Allocates memory that peers on the same host can map (host builds) or
+ * device memory (CUDA builds). Free with ncclMemFree. */
+PLAIT_DECLARE(ncclResult_t, MemAlloc, (void** ptr, size_t size));
+PLAIT_DECLARE(ncclResult_t, MemFree, (void* ptr));
+
+/* ---- Version, ids, communicators --------------------------------------- */
+PLAIT_DECLARE(ncclResult_t, GetVersion, (int* version));
+/* Creates a rendezvous id; the caller becomes the root of the bootstrap. */
+PLAIT_DECLARE(ncclResult_t, GetUniqueId, (ncclUniqueId* uniqueId));
+/* Collective over all nranks ranks: blocks until all have joined or the
+ * bootstrap deadline (PLAIT_TIMEOUT) passes. */
+PLAIT_DECLARE(ncclResult_t, CommInitRankConfig,
+              (ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config));
+PLAIT_DECLARE(ncclResult_t, CommInitRank, (ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank));
+/* Creates ndev communicators in this process (ranks as threads). devlist
+ * may be NULL; on host builds it only labels the ranks. */
+PLAIT_DECLARE(ncclResult_t, CommInitAll, (ncclComm_t* comm, int ndev, const int* devlist));
+PLAIT_DECLARE(ncclResult_t, CommInitRankScalable,
+              (ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
+               ncclConfig_t* config));
+/* Waits for all operations issued on comm to complete. */
+PLAIT_DECLARE(ncclResult_t, CommFinalize, (ncclComm_t comm));
+PLAIT_DECLARE(ncclResult_t, CommDestroy, (ncclComm_t comm));
+/* Thread-safe: unblocks every wait on comm, then frees it. */
+PLAIT_DECLARE(ncclResult_t, CommAbort, (ncclComm_t comm));
+PLAIT_DECLARE(ncclResult_t, CommRevoke, (ncclComm_t comm, int revokeFlags));
+PLAIT_DECLARE(ncclResult_t, CommSplit,
+              (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config));
+PLAIT_DECLARE(ncclResult_t, CommShrink,
+              (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
+               ncclConfig_t* config, int shrinkFlags));
+
+/* ---- Errors and queries ------------------------------------------------ */
+PLAIT_DECLARE(const char*, GetErrorString, (ncclResult_t result));
+/* The last error message of this thread (comm may be NULL). */
+PLAIT_DECLARE(const char*, GetLastError, (ncclComm_t comm));
+__attribute__((deprecated("ncclResetDebugInit is not part of the supported API"))) void ncclResetDebugInit(void);
+__attribute__((deprecated("pncclResetDebugInit is not part of the supported API"))) void pncclResetDebugInit(void);
+PLAIT_DECLARE(ncclResult_t, CommGetAsyncError, (ncclComm_t comm, ncclResult_t* asyncError));
+PLAIT_DECLARE(ncclResult_t, CommCount, (const ncclComm_t comm, int* count));
+/* Host communicators answer -1 (no CUDA device). */
+PLAIT_DECLARE(ncclResult_t, CommCuDevice, (const ncclComm_t comm, int* device));
+PLAIT_DECLARE(ncclResult_t, CommUserRank, (const ncclComm_t comm, int* rank));
+
+/* ---- Registration ------------------------------------------------------ */
+PLAIT_DECLARE(ncclResult_t, CommRegister, (const ncclComm_t comm, void* buff, size_t size, void** handle));
+PLAIT_DECLARE(ncclResult_t, CommDeregister, (const ncclComm_t comm, void* handle));
+PLAIT_DECLARE(ncclResult_t, CommWindowRegister,
+              (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags));
+PLAIT_DECLARE(ncclResult_t, CommWindowDeregister, (ncclComm_t comm, ncclWindow_t win));
+
+/* ---- User reduction operations ----------------------------------------- */
+/* A sum where each rank's input is first multiplied by *scalar. */
+PLAIT_DECLARE(ncclResult_t, RedOpCreatePreMulSum,
+              (ncclRedOp_t* op, void* scalar, ncclDataType_t datatype, ncclScalarResidence_t residence,
+               ncclComm_t comm));
+PLAIT_DECLARE(ncclResult_t, RedOpDestroy, (ncclRedOp_t op, ncclComm_t comm));
+
+/* ---- Collectives ------------------------------------------------------- */
+PLAIT_DECLARE(ncclResult_t, Reduce,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+               int root, ncclComm_t comm, cudaStream_t stream));
+PLAIT_DECLARE(ncclResult_t, Bcast,
+              (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+               cudaStream_t stream));
+PLAIT_DECLARE(ncclResult_t, Broadcast,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+               ncclComm_t comm, cudaStream_t stream));
+PLAIT_DECLARE(ncclResult_t, AllReduce,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+               ncclComm_t comm, cudaStream_t stream));
+PLAIT_DECLARE(ncclResult_t, ReduceScatter,
+              (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream));
+PLAIT_DECLARE(ncclResult_t, AllGather,
+              (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+               ncclComm_t comm, cudaStream_t stream));
+PLAIT_DECLARE(ncclResult_t, AlltoAll,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
+               cudaStream_t stream));
+PLAIT_DECLARE(ncclResult_t, Gather,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+               ncclComm_t comm, cudaStream_t stream));
+PLAIT_DECLARE(ncclResult_t, Scatter,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+               ncclComm_t comm, cudaStream_t stream));
+
+/* ---- Point to point and groups ----------------------------------------- */
+PLAIT_DECLARE(ncclResult_t, Send,
+              (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+               cudaStream_t stream));
+PLAIT_DECLARE(ncclResult_t, Recv,
+              (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+               cudaStream_t stream));
+/* Groups nest; the depth is per thread. Operations issued between the
+ * outermost Start and End are launched together at End. */
+PLAIT_DECLARE(ncclResult_t, GroupStart, (void));
+PLAIT_DECLARE(ncclResult_t, GroupEnd, (void));
+PLAIT_DECLARE(ncclResult_t, GroupSimulateEnd, (ncclSimInfo_t* simInfo));
+
+#undef PLAIT_DECLARE
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NCCL_H_ */
