@@ -1,0 +1,183 @@
+#include "base/shm.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "base/log.h"
+
+namespace plait {
+namespace {
+
+constexpr const char* kPrefix = "plait-";
+constexpr const char* kShmDir = "/dev/shm";
+
+std::string randomSuffix() {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^ (uint64_t(getpid()) << 32) ^
+                                          reinterpret_cast<uintptr_t>(&rng));
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+// Closes a file descriptor when it goes out of scope.
+struct FdCloser {
+  int fd;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// The errno-preserving "while X of segment N" failure.
+Status segmentError(const char* call, const std::string& name) {
+  return systemError(std::string(call) + " of shared-memory segment " + name + " failed");
+}
+
+Status checkSpace(const std::string& name, size_t bytes) {
+  struct statvfs fs;
+  if (statvfs(kShmDir, &fs) != 0) return Status::ok();  // cannot tell; let ftruncate/fallocate decide
+  uint64_t avail = uint64_t(fs.f_bavail) * fs.f_frsize;
+  if (avail >= bytes) return Status::ok();
+  return Status(Code::kSystemError, "not enough space in " + std::string(kShmDir) + " for shared-memory segment " +
+                                        name + ": need " + std::to_string(bytes) + " bytes, " +
+                                        std::to_string(avail) + " free (enlarge it, e.g. docker --shm-size)");
+}
+
+Result<void*> mapShared(int fd, const std::string& name, size_t bytes, bool populate) {
+  int flags = MAP_SHARED | (populate ? MAP_POPULATE : 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
+  if (p == MAP_FAILED) return segmentError("mmap", name);
+  return p;
+}
+
+}  // namespace
+
+SharedSegment::SharedSegment(SharedSegment&& other) noexcept
+    : name_(std::move(other.name_)), data_(other.data_), size_(other.size_), linked_(other.linked_) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+  other.linked_ = false;
+  other.name_.clear();
+}
+
+SharedSegment& SharedSegment::operator=(SharedSegment&& other) noexcept {
+  if (this != &other) {
+    reset();
+    name_ = std::move(other.name_);
+    data_ = other.data_;
+    size_ = other.size_;
+    linked_ = other.linked_;
+    other.data_ = nullptr;
+    other.size_ = 0;
+    other.linked_ = false;
+    other.name_.clear();
+  }
+  return *this;
+}
+
+SharedSegment::~SharedSegment() { reset(); }
+
+void SharedSegment::reset() {
+  if (data_ != nullptr && munmap(data_, size_) != 0)
+    PLAIT_WARN(kShm, "munmap of shared-memory segment %s failed: %s", name_.c_str(), std::strerror(errno));
+  if (linked_) {
+    Status s = unlink();
+    if (!s.isOk()) PLAIT_WARN(kShm, "%s", s.toString().c_str());
+  }
+  data_ = nullptr;
+  size_ = 0;
+  linked_ = false;
+}
+
+Result<SharedSegment> SharedSegment::create(size_t bytes) { return create(bytes, CreateOptions{}); }
+
+Result<SharedSegment> SharedSegment::create(size_t bytes, const CreateOptions& options) {
+  if (bytes == 0) return invalidArgument("shared-memory segment size must be positive");
+  std::string name;
+  int fd = -1;
+  for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
+    name = "/" + std::string(kPrefix) + std::to_string(getpid()) + "-" + randomSuffix();
+    fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 && errno != EEXIST) return segmentError("shm_open (create)", name);
+  }
+  if (fd < 0) return segmentError("shm_open (create)", name);
+  FdCloser closer{fd};
+  // From here on the name exists: the segment object owns it, so any failure unlinks it.
+  SharedSegment segment(name, nullptr, 0, /*creator=*/true);
+  PLAIT_RETURN_IF_ERROR(checkSpace(name, bytes));
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) return segmentError("ftruncate", name);
+  if (options.prefault) {
+    int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (err != 0) {
+      errno = err;
+      return segmentError("posix_fallocate", name);
+    }
+  }
+  PLAIT_ASSIGN_OR_RETURN(void* data, mapShared(fd, name, bytes, options.prefault));
+  segment.data_ = data;
+  segment.size_ = bytes;
+  PLAIT_TRACE(kShm, "created shared-memory segment %s (%zu bytes)", name.c_str(), bytes);
+  return segment;
+}
+
+Result<SharedSegment> SharedSegment::open(const std::string& name, size_t bytes) {
+  if (bytes == 0) return invalidArgument("shared-memory segment size must be positive");
+  int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) return segmentError("shm_open", name);
+  FdCloser closer{fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0) return segmentError("fstat", name);
+  if (static_cast<uint64_t>(st.st_size) < bytes)
+    return invalidArgument("shared-memory segment " + name + " has " + std::to_string(st.st_size) +
+                           " bytes, fewer than the " + std::to_string(bytes) + " requested");
+  PLAIT_ASSIGN_OR_RETURN(void* data, mapShared(fd, name, bytes, false));
+  PLAIT_TRACE(kShm, "opened shared-memory segment %s (%zu bytes)", name.c_str(), bytes);
+  return SharedSegment(name, data, bytes, /*creator=*/false);
+}
+
+Status SharedSegment::unlink() {
+  if (name_.empty()) return Status::ok();
+  bool creator = linked_;
+  linked_ = false;
+  if (shm_unlink(name_.c_str()) != 0) {
+    if (errno == ENOENT && !creator) return Status::ok();
+    return segmentError("shm_unlink", name_);
+  }
+  return Status::ok();
+}
+
+int cleanupStaleSegments() {
+  DIR* dir = opendir(kShmDir);
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  size_t prefixLen = std::strlen(kPrefix);
+  while (dirent* entry = readdir(dir)) {
+    const char* n = entry->d_name;
+    if (std::strncmp(n, kPrefix, prefixLen) != 0) continue;
+    char* end = nullptr;
+    long pid = std::strtol(n + prefixLen, &end, 10);
+    if (end == n + prefixLen || *end != '-' || pid <= 0) continue;
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    std::string name = std::string("/") + n;
+    if (shm_unlink(name.c_str()) == 0) {
+      ++removed;
+      PLAIT_INFO(kShm, "removed stale shared-memory segment %s (pid %ld is gone)", name.c_str(), pid);
+    } else if (errno != ENOENT) {
+      PLAIT_INFO(kShm, "could not remove stale shared-memory segment %s: %s", name.c_str(), std::strerror(errno));
+    }
+  }
+  closedir(dir);
+  return removed;
+}
+
+}  // namespace plait

@@ -1,0 +1,187 @@
+#include "base/wait.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <ctime>
+#include <string>
+
+#include "algorithms/portability.h"
+#include "base/config.h"
+#include "base/log.h"
+
+namespace plait {
+
+PLAIT_PARAM_INT(kWaitSpin, "WAIT_SPIN", 2000,
+                "pause-instruction polls before a waiting rank starts yielding (ignored when oversubscribed)");
+PLAIT_PARAM_INT(kWaitYield, "WAIT_YIELD", 64, "sched_yield polls before a waiting rank sleeps on a futex");
+
+namespace {
+
+constexpr int64_t kSliceNs = 1'000'000;           // longest single futex sleep
+constexpr int64_t kPeerCheckNs = 100'000'000;     // peer liveness check period while sleeping
+constexpr int kSpinCheckEvery = 64;               // spin polls between abort/deadline checks
+
+// Sleeps until *word != expected, a FUTEX_WAKE, a signal or `ns` elapse.
+void futexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+bool aborted(const WaitContext& ctx) {
+  return ctx.abortFlag != nullptr && ctx.abortFlag->load(std::memory_order_relaxed) != 0;
+}
+
+std::string peerText(const WaitContext& ctx) {
+  std::string s = ctx.peerRank >= 0 ? "rank " + std::to_string(ctx.peerRank) : std::string("peer");
+  if (ctx.peerPid > 0) s += " (pid " + std::to_string(ctx.peerPid) + ")";
+  return s;
+}
+
+const char* whatText(const WaitContext& ctx) { return ctx.what && *ctx.what ? ctx.what : "a wait"; }
+
+Status abortedStatus(const WaitContext& ctx) {
+  return remoteError(std::string("aborted during ") + whatText(ctx));
+}
+
+Status timeoutStatus(const WaitContext& ctx, uint64_t startNs) {
+  uint64_t waitedMs = (nowNs() - startNs) / 1'000'000;
+  std::string msg = "timed out after " + std::to_string(waitedMs) + " ms during " + whatText(ctx);
+  if (ctx.peerRank >= 0 || ctx.peerPid > 0) msg += " (waiting for " + peerText(ctx) + ")";
+  return remoteError(std::move(msg));
+}
+
+Status deadPeerStatus(const WaitContext& ctx) {
+  return remoteError(peerText(ctx) + " died during " + whatText(ctx));
+}
+
+// The checks made between polls; OK means keep waiting.
+Status checkStop(const WaitContext& ctx, uint64_t startNs) {
+  if (aborted(ctx)) return abortedStatus(ctx);
+  if (ctx.deadline.expired()) return timeoutStatus(ctx, startNs);
+  return Status::ok();
+}
+
+// Phase 1: bounded spinning. True once ready.
+bool spinPhase(bool (*ready)(void*), void* arg, const WaitContext& ctx, int64_t iterations, uint64_t startNs,
+               Status* stop) {
+  for (int64_t i = 1; i <= iterations; ++i) {
+    cpuPause();
+    if (ready(arg)) return true;
+    if (i % kSpinCheckEvery == 0) {
+      *stop = checkStop(ctx, startNs);
+      if (!stop->isOk()) return false;
+    }
+  }
+  return false;
+}
+
+// Phase 2: bounded yielding. True once ready.
+bool yieldPhase(bool (*ready)(void*), void* arg, const WaitContext& ctx, int64_t iterations, uint64_t startNs,
+                Status* stop) {
+  for (int64_t i = 0; i < iterations; ++i) {
+    sched_yield();
+    if (ready(arg)) return true;
+    *stop = checkStop(ctx, startNs);
+    if (!stop->isOk()) return false;
+  }
+  return false;
+}
+
+// Phase 3: futex sleeps of at most kSliceNs until ready or stopped.
+Status sleepPhase(bool (*ready)(void*), void* arg, std::atomic<uint32_t>* futexWord,
+                  std::atomic<uint32_t>* sleepers, const WaitContext& ctx, uint64_t startNs) {
+  uint64_t nextPeerCheck = nowNs() + kPeerCheckNs;
+  for (;;) {
+    uint32_t seen = futexWord->load(std::memory_order_acquire);
+    if (ready(arg)) return Status::ok();
+    sleepers->fetch_add(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fence in wake()
+    if (ready(arg)) {
+      sleepers->fetch_sub(1, std::memory_order_relaxed);
+      return Status::ok();
+    }
+    int64_t slice = kSliceNs;
+    if (ctx.deadline.at() != Clock::time_point::max()) {
+      int64_t left = std::chrono::duration_cast<std::chrono::nanoseconds>(ctx.deadline.at() - Clock::now()).count();
+      if (left < slice) slice = left > 0 ? left : 0;
+    }
+    if (slice > 0) futexWait(futexWord, seen, slice);
+    sleepers->fetch_sub(1, std::memory_order_relaxed);
+
+    if (ready(arg)) return Status::ok();
+    PLAIT_RETURN_IF_ERROR(checkStop(ctx, startNs));
+    uint64_t now = nowNs();
+    if (ctx.peerPid > 0 && now >= nextPeerCheck) {
+      nextPeerCheck = now + kPeerCheckNs;
+      if (!processAlive(ctx.peerPid)) return ready(arg) ? Status::ok() : deadPeerStatus(ctx);
+    }
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+Status waitSlow(bool (*ready)(void*), void* readyArg, std::atomic<uint32_t>* futexWord,
+                std::atomic<uint32_t>* sleepers, const WaitContext& ctx) {
+  uint64_t startNs = nowNs();
+  Status stop;
+  if (!ctx.oversubscribed && spinPhase(ready, readyArg, ctx, kWaitSpin.get(), startNs, &stop)) return Status::ok();
+  if (!stop.isOk()) return ready(readyArg) ? Status::ok() : stop;
+  if (yieldPhase(ready, readyArg, ctx, kWaitYield.get(), startNs, &stop)) return Status::ok();
+  if (!stop.isOk()) return ready(readyArg) ? Status::ok() : stop;
+  Status s = sleepPhase(ready, readyArg, futexWord, sleepers, ctx, startNs);
+  if (!s.isOk()) PLAIT_INFO(kShm, "wait failed: %s", s.toString().c_str());
+  return s;
+}
+
+}  // namespace detail
+
+namespace detail {
+void wakeSlow(std::atomic<uint32_t>* futexWord) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(futexWord), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+}  // namespace detail
+
+std::string describePeer(const WaitContext& ctx) { return peerText(ctx); }
+
+Status peerAbortedError(const WaitContext& ctx) {
+  return remoteError(peerText(ctx) + " aborted during " + whatText(ctx));
+}
+
+bool hostOversubscribed(int localRanks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return false;
+  return localRanks > CPU_COUNT(&set);
+}
+
+bool processAlive(int pid) {
+  if (pid <= 0) return true;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  // A dead child that nobody has reaped yet still answers kill(); read its state.
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return !(kill(pid, 0) != 0 && errno == ESRCH);  // no /proc: trust kill()
+  char buf[512];
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // "pid (comm) S ...": the state follows the last ')' (comm may contain ')').
+  const char* close = nullptr;
+  for (const char* p = buf; *p; ++p)
+    if (*p == ')') close = p;
+  if (close == nullptr || close[1] != ' ') return true;
+  char state = close[2];
+  return state != 'Z' && state != 'X';
+}
+
+}  // namespace plait

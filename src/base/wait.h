@@ -1,0 +1,107 @@
+// wait.h — how Plait waits for a word in shared memory to change (DESIGN.md §4).
+//
+// The policy: spin with a pause instruction a bounded number of times (skipped
+// when the host is oversubscribed: a spinning rank would hold the core its peer
+// needs), then sched_yield a bounded number of times, then sleep on a futex in
+// slices of at most 1 ms. Between slices the waiter checks the deadline, the
+// communicator's abort flag and (about every 100 ms) whether the peer process
+// is still alive, so no wait can outlive its operation's deadline, an abort or
+// a dead peer by more than a few milliseconds (100 ms for a dead peer).
+//
+// The sleep/wake protocol. A waiter announces itself in `sleepers` (a counter
+// the waker can read cheaply) before its last look at the state, then sleeps
+// on `futexWord` with the value it read before that look. A waker first
+// publishes the state (a store that changes `futexWord`), then calls wake(),
+// which issues a StoreLoad fence and a FUTEX_WAKE only if `sleepers` is
+// non-zero. The two fences make "waker sees no sleeper" imply "sleeper sees the
+// new state", so no wake-up is lost; a wake-up for a change that does not
+// alter `futexWord` (an abort flag) can at worst be noticed one slice (1 ms)
+// late.
+//
+// Futexes are process-shared (not FUTEX_PRIVATE): the words normally live in
+// a segment mapped by several processes.
+//
+// Tunables: PLAIT_WAIT_SPIN (pause iterations before yielding, default 2000)
+// and PLAIT_WAIT_YIELD (sched_yield calls before sleeping, default 64).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "base/clock.h"
+#include "plait/status.hpp"
+
+namespace plait {
+
+// What a wait needs to know besides the word it waits on. One per communicator
+// (or per connector); read-only while a wait runs, so the owner updates
+// `deadline` and `what` between operations, not during them.
+struct WaitContext {
+  Deadline deadline = Deadline::never();  // of the current operation
+  const std::atomic<uint32_t>* abortFlag = nullptr;  // non-zero: the communicator is aborting
+  int peerPid = -1;      // checked about every 100 ms in the sleeping phase; dead -> kRemoteError
+  int peerRank = -1;     // for messages
+  bool oversubscribed = false;  // more local ranks than cores: never spin, go straight to yield/futex
+  const char* what = "";  // e.g. "allreduce recv from rank 3", for messages
+};
+
+namespace detail {
+// The out-of-line part of waitUntil: everything after the first failed check.
+// `ready` is called as ready(readyArg).
+Status waitSlow(bool (*ready)(void*), void* readyArg, std::atomic<uint32_t>* futexWord,
+                std::atomic<uint32_t>* sleepers, const WaitContext& ctx);
+}  // namespace detail
+
+// Blocks until ready() returns true.
+//
+// `futexWord` is a 32-bit word that changes whenever ready() may have become
+// true; `sleepers` is the word wake() reads to decide whether to FUTEX_WAKE.
+// Both may be in memory shared between processes. ready() must be cheap and
+// free of side effects; it is called many times.
+//
+// Returns Status::ok() once ready() is true, or
+//   kRemoteError "rank 3 (pid 1234) died during <what>" when ctx.peerPid is
+//     gone (checked only while sleeping, about every 100 ms),
+//   kRemoteError "aborted during <what>" when *ctx.abortFlag is non-zero,
+//   kRemoteError "timed out after N ms during <what>" at ctx.deadline.
+// ready() is checked once more before any of these is returned.
+// The fast path (ready() is true at once) costs only that call.
+// Thread-safe: any number of threads may wait on the same words.
+template <typename Ready>
+inline Status waitUntil(Ready ready, std::atomic<uint32_t>* futexWord, std::atomic<uint32_t>* sleepers,
+                        const WaitContext& ctx) {
+  if (__builtin_expect(static_cast<bool>(ready()), 1)) return Status::ok();
+  return detail::waitSlow([](void* arg) -> bool { return (*static_cast<Ready*>(arg))(); }, &ready, futexWord,
+                          sleepers, ctx);
+}
+
+namespace detail {
+void wakeSlow(std::atomic<uint32_t>* futexWord);  // the FUTEX_WAKE system call
+}  // namespace detail
+
+// Wakes every thread sleeping on `futexWord`. Call it after the store that
+// made their ready() true. When nobody sleeps it costs a StoreLoad fence and
+// one read of `sleepers` (no system call, no write to shared memory).
+// Thread-safe; never blocks.
+inline void wake(std::atomic<uint32_t>* futexWord, std::atomic<uint32_t>* sleepers) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fence in the sleeping waiter
+  if (__builtin_expect(sleepers->load(std::memory_order_relaxed) != 0, 0)) detail::wakeSlow(futexWord);
+}
+
+// "rank 3 (pid 1234)", "rank 3", "peer (pid 1234)" or "peer", from ctx.
+std::string describePeer(const WaitContext& ctx);
+// kRemoteError "rank 3 (pid 1234) aborted during <what>": for waits that see
+// the peer's own abort flag (e.g. FifoControl::senderAborted).
+Status peerAbortedError(const WaitContext& ctx);
+
+// True when `localRanks` exceed the CPUs this process may run on
+// (sched_getaffinity); false if the affinity cannot be read.
+bool hostOversubscribed(int localRanks);
+
+// True unless `pid` is known to be gone (no such process, or a zombie).
+// Exposed for the bootstrap's heartbeat and for tests; costs a system call
+// and a small /proc read.
+bool processAlive(int pid);
+
+}  // namespace plait

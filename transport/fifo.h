@@ -1,0 +1,285 @@
+// fifo.h — the connector FIFO: a single-producer single-consumer ring of
+// `nSteps` step buffers in memory both sides can reach (a shared-memory
+// segment now, CUDA IPC memory later). Header-only.
+//
+// Layout of the FIFO memory (owned by the receiver, zero-initialised):
+//   [0, 4096)                        FifoControl: counters, sleepers, abort flags, step sizes
+//   [4096 + i*stepBytes, +stepBytes) the buffer of step i (i in [0, nSteps))
+// The sender writes a step's payload, then its size in stepBytes[i], then
+// tail with a release store (DESIGN.md §10: on x86 one release flag after the
+// payload beats per-word LL flags up to 4 KiB). The receiver reads tail with
+// acquire, then the size and payload, and frees the step with a release store
+// of head. Step n (counting from 0) uses buffer n % nSteps.
+//
+// Each end caches the other side's counter and re-reads it only when the
+// cached value says it must wait, so a step in steady state costs the sender
+// one store to the tail line and the receiver one store to the head line
+// (plus the payload and size lines); neither reads the other's line until it
+// runs out of steps. Waiting follows base/wait.h (spin, yield, futex on the low
+// 32 bits of tail/head) and honours the WaitContext: deadline, the
+// communicator's abort flag, peer liveness, and the other end's abort flag.
+//
+// Threading: one thread drives a FifoSender and one a FifoReceiver at a time
+// (they may be in different processes). abort() may be called from any
+// thread of the owning side's process while the other end is waiting.
+//
+// FifoControl and FifoShape are plain data usable from device code; the
+// FifoSender/FifoReceiver classes wait with OS calls and are host-only.
+#pragma once
+
+#include <atomic>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "algorithms/portability.h"
+#include "base/wait.h"
+#include "plait/status.hpp"
+
+namespace plait {
+
+constexpr int kMaxFifoSteps = 16;
+// Offset of the first step buffer from the start of the FIFO memory: the
+// control block gets a page of its own so step buffers are page aligned.
+constexpr size_t kFifoControlBytes = 4096;
+
+static_assert(std::endian::native == std::endian::little,
+              "the futex word is the low 32 bits of a 64-bit counter: little-endian only");
+
+// The shared control block. All counters count steps since the FIFO was
+// zero-initialised and never wrap in practice (2^64 steps).
+struct alignas(64) FifoControl {
+  alignas(64) uint64_t tail;  // steps posted by the sender (written by the sender, release)
+  alignas(64) uint64_t head;  // steps consumed by the receiver (written by the receiver, release)
+  alignas(64) std::atomic<uint32_t> recvSleepers;  // receivers asleep on tail (base/wait.h)
+  std::atomic<uint32_t> sendSleepers;              // senders asleep on head
+  alignas(64) uint32_t senderAborted;              // non-zero: the sender aborted; receiver waits fail
+  uint32_t receiverAborted;                        // non-zero: the receiver aborted; sender waits fail
+  alignas(64) uint64_t stepBytes[kMaxFifoSteps];   // bytes in each posted step, written before tail
+};
+static_assert(sizeof(FifoControl) <= kFifoControlBytes);
+
+// The shape both ends agree on (exchanged at connection time).
+struct FifoShape {
+  int nSteps = 8;        // in [1, kMaxFifoSteps]
+  size_t stepBytes = 0;  // capacity of each step buffer; a positive multiple of 64
+
+  PLAIT_HOST_DEVICE bool valid() const {
+    return nSteps >= 1 && nSteps <= kMaxFifoSteps && stepBytes > 0 && stepBytes % 64 == 0;
+  }
+  // Bytes of FIFO memory: the control page plus the step buffers, rounded up to 4 KiB.
+  PLAIT_HOST_DEVICE size_t totalBytes() const {
+    size_t bytes = kFifoControlBytes + static_cast<size_t>(nSteps) * stepBytes;
+    return (bytes + 4095) & ~size_t(4095);
+  }
+};
+
+// Resets FIFO memory that is reused (a fresh shared segment is already zero).
+// Neither end may be using it.
+inline void fifoReset(void* fifoMemory) { std::memset(fifoMemory, 0, sizeof(FifoControl)); }
+
+namespace detail {
+// The 32-bit futex word of a 64-bit counter: its low half, which changes with every step.
+inline std::atomic<uint32_t>* futexWordOf(uint64_t* counter) {
+  return reinterpret_cast<std::atomic<uint32_t>*>(counter);
+}
+}  // namespace detail
+
+// The sending end. Typical use, per step:
+//   PLAIT_ASSIGN_OR_RETURN(char* buf, sender.acquire());
+//   ... write up to shape().stepBytes bytes to buf ...
+//   sender.post(n);
+class FifoSender {
+ public:
+  FifoSender() = default;
+  // `fifoMemory` is the receiver's FIFO memory as mapped by this process
+  // (shape.totalBytes() bytes); `ctx` outlives this object and is read during
+  // waits (the owner updates its deadline and `what` per operation).
+  FifoSender(void* fifoMemory, FifoShape shape, WaitContext* ctx)
+      : ctrl_(static_cast<FifoControl*>(fifoMemory)),
+        data_(static_cast<char*>(fifoMemory) + kFifoControlBytes),
+        shape_(shape),
+        ctx_(ctx) {
+    tail_ = AtomicRef<uint64_t>(ctrl_->tail).load(mo::relaxed);
+    cachedHead_ = AtomicRef<uint64_t>(ctrl_->head).load(mo::acquire);
+    slot_ = static_cast<int>(tail_ % static_cast<uint64_t>(shape_.nSteps));
+  }
+
+  // Waits until the next step's buffer is free and returns it (shape().stepBytes
+  // bytes, 64-byte aligned). Calling it again before post() returns the same
+  // buffer. Fails with kRemoteError when the receiver aborted or died, this
+  // side's abort flag is set, or the deadline passes (base/wait.h messages);
+  // with kInvalidUsage after this end's abort(). Blocks.
+  Result<char*> acquire() {
+    if (__builtin_expect(tail_ - cachedHead_ < static_cast<uint64_t>(shape_.nSteps), 1)) return stepBuffer(slot_);
+    return acquireSlow();
+  }
+
+  // The next step's buffer if it is free now, else nullptr. Never blocks.
+  char* tryAcquire() {
+    if (tail_ - cachedHead_ >= static_cast<uint64_t>(shape_.nSteps)) refreshHead();
+    return tail_ - cachedHead_ < static_cast<uint64_t>(shape_.nSteps) ? stepBuffer(slot_) : nullptr;
+  }
+
+  // Publishes the acquired step with `bytes` (<= shape().stepBytes) of payload:
+  // the size, then tail with release, then wakes the receiver if it sleeps.
+  // Must follow a successful acquire()/tryAcquire(). Never blocks.
+  void post(size_t bytes) {
+    ctrl_->stepBytes[slot_] = bytes;
+    AtomicRef<uint64_t>(ctrl_->tail).store(++tail_, mo::release);
+    slot_ = slot_ + 1 == shape_.nSteps ? 0 : slot_ + 1;
+    wake(detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers);
+  }
+
+  // Tells the receiver this end is giving up: its waits fail with
+  // kRemoteError "<peer> aborted during ...". Later acquire() calls here
+  // that would wait fail.
+  // Never blocks; idempotent.
+  void abort() {
+    aborted_ = true;
+    AtomicRef<uint32_t>(ctrl_->senderAborted).store(1, mo::release);
+    wake(detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers);
+  }
+
+  // Steps posted so far (the next step's number).
+  uint64_t stepIndex() const { return tail_; }
+  // Buffer index of the next step, in [0, nSteps).
+  int slot() const { return slot_; }
+  // Steps posted but not yet released by the receiver (re-reads head).
+  uint64_t pending() {
+    refreshHead();
+    return tail_ - cachedHead_;
+  }
+  // True when the receiver released every posted step (re-reads head).
+  bool drained() { return pending() == 0; }
+  // The buffer of step-buffer `i` in [0, nSteps).
+  char* stepBuffer(int i) const { return data_ + static_cast<size_t>(i) * shape_.stepBytes; }
+  const FifoShape& shape() const { return shape_; }
+  FifoControl* control() const { return ctrl_; }
+  WaitContext* waitContext() const { return ctx_; }
+
+ private:
+  void refreshHead() { cachedHead_ = AtomicRef<uint64_t>(ctrl_->head).load(mo::acquire); }
+
+  __attribute__((noinline)) Result<char*> acquireSlow() {
+    if (aborted_) return invalidUsage("FIFO send end already aborted");
+    const uint64_t nSteps = static_cast<uint64_t>(shape_.nSteps);
+    auto ready = [this, nSteps] {
+      refreshHead();
+      return tail_ - cachedHead_ < nSteps || AtomicRef<uint32_t>(ctrl_->receiverAborted).load(mo::relaxed) != 0;
+    };
+    PLAIT_RETURN_IF_ERROR(waitUntil(ready, detail::futexWordOf(&ctrl_->head), &ctrl_->sendSleepers, *ctx_));
+    if (tail_ - cachedHead_ < nSteps) return stepBuffer(slot_);
+    return peerAbortedError(*ctx_);
+  }
+
+  FifoControl* ctrl_ = nullptr;
+  char* data_ = nullptr;
+  FifoShape shape_;
+  WaitContext* ctx_ = nullptr;
+  uint64_t tail_ = 0;        // steps posted by this end (the shared tail's value)
+  uint64_t cachedHead_ = 0;  // last head read; head only grows, so this is a lower bound
+  int slot_ = 0;             // tail_ % nSteps
+  bool aborted_ = false;
+};
+
+// The receiving end. Typical use, per step:
+//   size_t n;
+//   PLAIT_ASSIGN_OR_RETURN(const char* buf, receiver.acquire(&n));
+//   ... read n bytes from buf ...
+//   receiver.release();
+class FifoReceiver {
+ public:
+  FifoReceiver() = default;
+  // `fifoMemory` is this end's FIFO memory (shape.totalBytes() bytes,
+  // zero-initialised before either end starts); `ctx` as for FifoSender.
+  FifoReceiver(void* fifoMemory, FifoShape shape, WaitContext* ctx)
+      : ctrl_(static_cast<FifoControl*>(fifoMemory)),
+        data_(static_cast<char*>(fifoMemory) + kFifoControlBytes),
+        shape_(shape),
+        ctx_(ctx) {
+    head_ = AtomicRef<uint64_t>(ctrl_->head).load(mo::relaxed);
+    cachedTail_ = AtomicRef<uint64_t>(ctrl_->tail).load(mo::acquire);
+    slot_ = static_cast<int>(head_ % static_cast<uint64_t>(shape_.nSteps));
+  }
+
+  // Waits until the next step is posted; returns its buffer and stores its
+  // payload size in *bytes. The buffer stays valid and unchanged until
+  // release(). Calling it again before release() returns the same step.
+  // Fails like FifoSender::acquire() (sender aborted or died, abort flag,
+  // deadline). Blocks.
+  Result<const char*> acquire(size_t* bytes) {
+    if (__builtin_expect(cachedTail_ != head_, 1)) {
+      *bytes = ctrl_->stepBytes[slot_];
+      return stepBuffer(slot_);
+    }
+    return acquireSlow(bytes);
+  }
+
+  // The next step's buffer if it is posted now (size in *bytes), else nullptr.
+  // Never blocks.
+  const char* tryAcquire(size_t* bytes) {
+    if (cachedTail_ == head_) refreshTail();
+    if (cachedTail_ == head_) return nullptr;
+    *bytes = ctrl_->stepBytes[slot_];
+    return stepBuffer(slot_);
+  }
+
+  // Frees the acquired step for the sender: head with release (after every
+  // read of the buffer), then wakes the sender if it sleeps. Must follow a
+  // successful acquire()/tryAcquire(). Never blocks.
+  void release() {
+    AtomicRef<uint64_t>(ctrl_->head).store(++head_, mo::release);
+    slot_ = slot_ + 1 == shape_.nSteps ? 0 : slot_ + 1;
+    wake(detail::futexWordOf(&ctrl_->head), &ctrl_->sendSleepers);
+  }
+
+  // Tells the sender this end is giving up (its waits fail with kRemoteError).
+  // Later acquire() calls here that would wait fail. Never blocks; idempotent.
+  void abort() {
+    aborted_ = true;
+    AtomicRef<uint32_t>(ctrl_->receiverAborted).store(1, mo::release);
+    wake(detail::futexWordOf(&ctrl_->head), &ctrl_->sendSleepers);
+  }
+
+  // Steps released so far (the next step's number).
+  uint64_t stepIndex() const { return head_; }
+  // Buffer index of the next step, in [0, nSteps).
+  int slot() const { return slot_; }
+  // Steps posted and not yet released (re-reads tail).
+  uint64_t pending() {
+    refreshTail();
+    return cachedTail_ - head_;
+  }
+  const char* stepBuffer(int i) const { return data_ + static_cast<size_t>(i) * shape_.stepBytes; }
+  const FifoShape& shape() const { return shape_; }
+  FifoControl* control() const { return ctrl_; }
+  WaitContext* waitContext() const { return ctx_; }
+
+ private:
+  void refreshTail() { cachedTail_ = AtomicRef<uint64_t>(ctrl_->tail).load(mo::acquire); }
+
+  __attribute__((noinline)) Result<const char*> acquireSlow(size_t* bytes) {
+    if (aborted_) return invalidUsage("FIFO receive end already aborted");
+    auto ready = [this] {
+      refreshTail();
+      return cachedTail_ != head_ || AtomicRef<uint32_t>(ctrl_->senderAborted).load(mo::relaxed) != 0;
+    };
+    PLAIT_RETURN_IF_ERROR(waitUntil(ready, detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers, *ctx_));
+    if (cachedTail_ == head_) return peerAbortedError(*ctx_);
+    *bytes = ctrl_->stepBytes[slot_];
+    return stepBuffer(slot_);
+  }
+
+  FifoControl* ctrl_ = nullptr;
+  const char* data_ = nullptr;
+  FifoShape shape_;
+  WaitContext* ctx_ = nullptr;
+  uint64_t head_ = 0;        // steps released by this end (the shared head's value)
+  uint64_t cachedTail_ = 0;  // last tail read; tail only grows, so this is a lower bound
+  int slot_ = 0;             // head_ % nSteps
+  bool aborted_ = false;
+};
+
+}  // namespace plait
