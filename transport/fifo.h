@@ -118,6 +118,7 @@ class FifoSender {
 
   // The next step's buffer if it is free now, else nullptr. Never blocks.
   char* tryAcquire() {
+    if (aborted_) return nullptr;
     if (tail_ - cachedHead_ >= static_cast<uint64_t>(shape_.nSteps)) refreshHead();
     return tail_ - cachedHead_ < static_cast<uint64_t>(shape_.nSteps) ? stepBuffer(slot_) : nullptr;
   }
@@ -134,10 +135,11 @@ class FifoSender {
 
   // Tells the receiver this end is giving up: its waits fail with
   // kRemoteError "<peer> aborted during ...". Later acquire() calls here
-  // that would wait fail.
+  // fail with kInvalidUsage.
   // Never blocks; idempotent.
   void abort() {
     aborted_ = true;
+    cachedHead_ = tail_ - static_cast<uint64_t>(shape_.nSteps);  // sends acquire() down the slow path
     AtomicRef<uint32_t>(ctrl_->senderAborted).store(1, mo::release);
     wake(detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers);
   }
@@ -147,12 +149,9 @@ class FifoSender {
   // Buffer index of the next step, in [0, nSteps).
   int slot() const { return slot_; }
   // Steps posted but not yet released by the receiver (re-reads head).
-  uint64_t pending() {
-    refreshHead();
-    return tail_ - cachedHead_;
-  }
+  uint64_t pending() const { return tail_ - AtomicRef<uint64_t>(ctrl_->head).load(mo::acquire); }
   // True when the receiver released every posted step (re-reads head).
-  bool drained() { return pending() == 0; }
+  bool drained() const { return pending() == 0; }
   // The buffer of step-buffer `i` in [0, nSteps).
   char* stepBuffer(int i) const { return data_ + static_cast<size_t>(i) * shape_.stepBytes; }
   const FifoShape& shape() const { return shape_; }
@@ -220,6 +219,7 @@ class FifoReceiver {
   // The next step's buffer if it is posted now (size in *bytes), else nullptr.
   // Never blocks.
   const char* tryAcquire(size_t* bytes) {
+    if (aborted_) return nullptr;
     if (cachedTail_ == head_) refreshTail();
     if (cachedTail_ == head_) return nullptr;
     *bytes = ctrl_->stepBytes[slot_];
@@ -236,9 +236,10 @@ class FifoReceiver {
   }
 
   // Tells the sender this end is giving up (its waits fail with kRemoteError).
-  // Later acquire() calls here that would wait fail. Never blocks; idempotent.
+  // Later acquire() calls here fail with kInvalidUsage. Never blocks; idempotent.
   void abort() {
     aborted_ = true;
+    cachedTail_ = head_;  // sends acquire() down the slow path
     AtomicRef<uint32_t>(ctrl_->receiverAborted).store(1, mo::release);
     wake(detail::futexWordOf(&ctrl_->head), &ctrl_->sendSleepers);
   }
@@ -248,10 +249,7 @@ class FifoReceiver {
   // Buffer index of the next step, in [0, nSteps).
   int slot() const { return slot_; }
   // Steps posted and not yet released (re-reads tail).
-  uint64_t pending() {
-    refreshTail();
-    return cachedTail_ - head_;
-  }
+  uint64_t pending() const { return AtomicRef<uint64_t>(ctrl_->tail).load(mo::acquire) - head_; }
   const char* stepBuffer(int i) const { return data_ + static_cast<size_t>(i) * shape_.stepBytes; }
   const FifoShape& shape() const { return shape_; }
   FifoControl* control() const { return ctrl_; }

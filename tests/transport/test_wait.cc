@@ -1,0 +1,178 @@
+// The waiting policy (base/wait.h): fast path, wake-ups through every phase,
+// deadlines, the abort flag and a dead peer process.
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <thread>
+
+#include "base/config.h"
+#include "base/wait.h"
+
+namespace plait {
+namespace {
+
+double msSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// Sets PLAIT_WAIT_SPIN / PLAIT_WAIT_YIELD for a scope.
+class ScopedWaitTunables {
+ public:
+  ScopedWaitTunables(const char* spin, const char* yield) {
+    setenv("PLAIT_WAIT_SPIN", spin, 1);
+    setenv("PLAIT_WAIT_YIELD", yield, 1);
+    config::resetAll();
+  }
+  ~ScopedWaitTunables() {
+    unsetenv("PLAIT_WAIT_SPIN");
+    unsetenv("PLAIT_WAIT_YIELD");
+    config::resetAll();
+  }
+};
+
+// Two threads hand a counter back and forth `rounds` times through two words.
+void pingPong(const WaitContext& ctx, int rounds) {
+  std::atomic<uint32_t> ping{0}, pong{0}, pingSleepers{0}, pongSleepers{0};
+  std::atomic<bool> failed{false};
+  std::thread other([&] {
+    for (uint32_t i = 1; i <= uint32_t(rounds); ++i) {
+      Status s = waitUntil([&] { return ping.load(std::memory_order_acquire) == i; }, &ping, &pingSleepers, ctx);
+      if (!s.isOk()) failed = true;
+      pong.store(i, std::memory_order_release);
+      wake(&pong, &pongSleepers);
+    }
+  });
+  for (uint32_t i = 1; i <= uint32_t(rounds); ++i) {
+    ping.store(i, std::memory_order_release);
+    wake(&ping, &pingSleepers);
+    Status s = waitUntil([&] { return pong.load(std::memory_order_acquire) == i; }, &pong, &pongSleepers, ctx);
+    if (!s.isOk()) failed = true;
+  }
+  other.join();
+  CHECK_FALSE(failed.load());
+}
+
+}  // namespace
+
+TEST_CASE("a ready predicate returns at once", "[wait]") {
+  std::atomic<uint32_t> word{1}, sleepers{0};
+  WaitContext ctx;
+  ctx.deadline = Deadline::afterMs(0);  // already expired: the fast path must not look at it
+  int calls = 0;
+  Status s = waitUntil([&] { ++calls; return true; }, &word, &sleepers, ctx);
+  CHECK(s.isOk());
+  CHECK(calls == 1);
+}
+
+TEST_CASE("ping-pong through spin, yield and futex phases", "[wait]") {
+  WaitContext ctx;
+  ctx.deadline = Deadline::afterMs(60000);
+  SECTION("default policy") { pingPong(ctx, 20000); }
+  SECTION("oversubscribed: no spinning") {
+    ctx.oversubscribed = true;
+    pingPong(ctx, 5000);
+  }
+  SECTION("futex only: no lost wake-ups") {
+    ScopedWaitTunables tunables("0", "0");
+    auto start = Clock::now();
+    pingPong(ctx, 5000);
+    // A lost wake-up costs a 1 ms slice; 10000 hops that each lost one would take 10 s.
+    CHECK(msSince(start) < 5000);
+  }
+}
+
+TEST_CASE("a sleeping waiter is woken by wake()", "[wait]") {
+  std::atomic<uint32_t> word{0}, sleepers{0};
+  WaitContext ctx;
+  ctx.deadline = Deadline::afterMs(10000);
+  Status result;
+  std::thread waiter([&] {
+    result = waitUntil([&] { return word.load(std::memory_order_acquire) != 0; }, &word, &sleepers, ctx);
+  });
+  auto start = Clock::now();  // under load the yield phase can take a while: poll for the sleeper
+  while (sleepers.load() == 0 && msSince(start) < 5000) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(sleepers.load() == 1);
+  word.store(1, std::memory_order_release);
+  wake(&word, &sleepers);
+  waiter.join();
+  CHECK(result.isOk());
+  CHECK(sleepers.load() == 0);
+}
+
+TEST_CASE("a wait fails at its deadline naming what it waited for", "[wait]") {
+  std::atomic<uint32_t> word{0}, sleepers{0};
+  WaitContext ctx;
+  ctx.what = "allreduce recv from rank 3";
+  ctx.peerRank = 3;
+  ctx.deadline = Deadline::afterMs(100);
+  auto start = Clock::now();
+  Status s = waitUntil([] { return false; }, &word, &sleepers, ctx);
+  double ms = msSince(start);
+  REQUIRE_FALSE(s.isOk());
+  CHECK(s.code() == Code::kRemoteError);
+  CHECK(s.message().find("timed out after") != std::string::npos);
+  CHECK(s.message().find("allreduce recv from rank 3") != std::string::npos);
+  CHECK(ms >= 99);
+  CHECK(ms < 1000);
+}
+
+TEST_CASE("the abort flag unblocks a sleeping wait within 50 ms", "[wait]") {
+  std::atomic<uint32_t> word{0}, sleepers{0}, abortFlag{0};
+  WaitContext ctx;
+  ctx.abortFlag = &abortFlag;
+  ctx.what = "broadcast";
+  Clock::time_point returned;
+  Status result;
+  std::thread waiter([&] {
+    result = waitUntil([] { return false; }, &word, &sleepers, ctx);
+    returned = Clock::now();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  auto set = Clock::now();
+  abortFlag.store(1);
+  waiter.join();
+  REQUIRE_FALSE(result.isOk());
+  CHECK(result.code() == Code::kRemoteError);
+  CHECK(result.message() == "aborted during broadcast");
+  CHECK(std::chrono::duration<double, std::milli>(returned - set).count() < 50);
+}
+
+TEST_CASE("a dead peer process fails the wait with kRemoteError naming it", "[wait]") {
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    usleep(100 * 1000);
+    _exit(0);
+  }
+  std::atomic<uint32_t> word{0}, sleepers{0};
+  WaitContext ctx;
+  ctx.peerPid = child;
+  ctx.peerRank = 3;
+  ctx.what = "allreduce recv from rank 3";
+  ctx.deadline = Deadline::afterMs(10000);
+  auto start = Clock::now();
+  Status s = waitUntil([] { return false; }, &word, &sleepers, ctx);  // the child stays an unreaped zombie
+  double ms = msSince(start);
+  REQUIRE_FALSE(s.isOk());
+  CHECK(s.code() == Code::kRemoteError);
+  CHECK(s.message() ==
+        "rank 3 (pid " + std::to_string(child) + ") died during allreduce recv from rank 3");
+  CHECK(ms < 1000);
+  waitpid(child, nullptr, 0);
+}
+
+TEST_CASE("processAlive and hostOversubscribed", "[wait]") {
+  CHECK(processAlive(getpid()));
+  CHECK(processAlive(-1));  // unknown: assume alive
+  CHECK_FALSE(hostOversubscribed(1));
+  CHECK(hostOversubscribed(1 << 20));
+}
+
+}  // namespace plait
