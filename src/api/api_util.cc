@@ -1,0 +1,102 @@
+#include "api/api_util.h"
+
+#include <cstdio>
+
+#include "algorithms/types.h"
+#include "base/log.h"
+#include "core/host_stream.h"
+
+namespace plait::api {
+namespace {
+thread_local std::string tlsLastError;
+}  // namespace
+
+ncclResult_t toResult(Code code) {
+  switch (code) {
+    case Code::kOk: return ncclSuccess;
+    case Code::kCudaError: return ncclUnhandledCudaError;
+    case Code::kSystemError: return ncclSystemError;
+    case Code::kInternalError: return ncclInternalError;
+    case Code::kInvalidArgument: return ncclInvalidArgument;
+    case Code::kInvalidUsage: return ncclInvalidUsage;
+    case Code::kRemoteError: return ncclRemoteError;
+    case Code::kInProgress: return ncclInProgress;
+  }
+  return ncclInternalError;
+}
+
+ncclResult_t fail(const Status& status, const char* call) {
+  if (status.isOk()) return ncclSuccess;
+  if (status.code() == Code::kInProgress) return ncclInProgress;
+  tlsLastError = std::string(call) + ": " + status.message();
+  PLAIT_WARN(kCall, "%s failed: %s", call, status.toString().c_str());
+  return toResult(status.code());
+}
+
+const char* lastError() { return tlsLastError.c_str(); }
+
+Status checkComm(ncclComm_t comm) {
+  if (comm == nullptr) return invalidArgument("comm is NULL");
+  if (comm->magic != ncclComm::kLive)
+    return invalidArgument("comm is not a live communicator (destroyed, aborted, or never initialised)");
+  if (comm->closing.load(std::memory_order_acquire))
+    return invalidUsage("comm is being destroyed or aborted");
+  int init = comm->initState.load(std::memory_order_acquire);
+  if (init == 1) return Status(Code::kInProgress, "comm is still initialising (non-blocking)");
+  if (init == 2) return invalidUsage("comm failed to initialise: " + comm->initError.message());
+  return Status::ok();
+}
+
+Status checkType(ncclDataType_t type, const char* name) {
+  if (!isValidType(static_cast<int>(type)))
+    return invalidArgument(std::string(name) + " is " + std::to_string(static_cast<int>(type)) +
+                           ", not an ncclDataType_t (0.." + std::to_string(ncclNumTypes - 1) + ")");
+  return Status::ok();
+}
+
+Status checkRoot(int root, int nranks, const char* name) {
+  if (root < 0 || root >= nranks)
+    return invalidArgument(std::string(name) + " is " + std::to_string(root) + ", outside [0, " +
+                           std::to_string(nranks) + ")");
+  return Status::ok();
+}
+
+Status checkBuffer(const void* ptr, size_t count, const char* name) {
+  if (count > 0 && ptr == nullptr) return invalidArgument(std::string(name) + " is NULL with count > 0");
+  return Status::ok();
+}
+
+Status checkStream(cudaStream_t stream) {
+  if (stream == nullptr) return Status::ok();
+  if (HostStream::fromHandle(stream) == nullptr)
+    return invalidArgument("stream is not a Plait host stream (this build runs on host memory; pass NULL to block, "
+                           "or a stream from plait::HostStream)");
+  return Status::ok();
+}
+
+Status resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t type, Task* task) {
+  const int opValue = static_cast<int>(op);
+  if (opValue >= 0 && opValue < ncclNumOps) {
+    if (!makeRedOp(type, opValue, comm->nranks, &task->op))
+      return invalidArgument("op " + std::to_string(opValue) + " cannot be applied to " + typeName(type));
+    return Status::ok();
+  }
+  std::lock_guard<std::mutex> lock(comm->opsMu);
+  const int index = opValue - ncclNumOps;
+  if (opValue < 0 || index >= static_cast<int>(comm->userOps.size()) || !comm->userOps[index].live)
+    return invalidArgument("op is " + std::to_string(opValue) +
+                           ": neither a built-in ncclRedOp_t nor a live operation of this communicator");
+  const ncclComm::UserOp& u = comm->userOps[index];
+  if (u.type != type)
+    return invalidArgument(std::string("op was created for ") + typeName(u.type) + " but datatype is " +
+                           typeName(type));
+  task->op.kind = RedOpKind::kPreMulSum;
+  task->op.scalar = u.scalarBits;
+  if (u.residence == ncclScalarDevice) {
+    task->op.scalar = 0;
+    std::memcpy(&task->op.scalar, u.scalarPtr, typeSize(type));
+  }
+  return Status::ok();
+}
+
+}  // namespace plait::api

@@ -1,0 +1,117 @@
+#include "transport/shm/shm_transport.h"
+
+#include <cstring>
+#include <string>
+
+#include "base/log.h"
+
+namespace plait {
+namespace {
+
+constexpr size_t kNameBytes = 64;
+
+size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+
+size_t ShmTransport::ringOffset(int channel) const {
+  return static_cast<size_t>(channel) * alignUp(options_.ring.totalBytes(), 4096);
+}
+
+size_t ShmTransport::meshOffset(int fromLocalIndex) const {
+  return ringOffset(options_.nChannels) +
+         static_cast<size_t>(fromLocalIndex) * alignUp(options_.mesh.totalBytes(), 4096);
+}
+
+size_t ShmTransport::segmentBytes() const { return meshOffset(static_cast<int>(options_.localRanks.size())); }
+
+WaitContext* ShmTransport::newContext(int peer, const char* what) {
+  auto ctx = std::make_unique<WaitContext>();
+  ctx->deadline = Deadline::never();
+  ctx->abortFlag = options_.abortFlag;
+  ctx->peerPid = options_.pids.empty() ? -1 : options_.pids[peer];
+  ctx->peerRank = peer;
+  ctx->oversubscribed = options_.oversubscribed;
+  ctx->what = what;
+  contexts_.push_back(std::move(ctx));
+  return contexts_.back().get();
+}
+
+Result<std::unique_ptr<ShmTransport>> ShmTransport::connect(OobExchange& oob, const ShmTransportOptions& options,
+                                                            Deadline deadline) {
+  std::unique_ptr<ShmTransport> t(new ShmTransport());
+  t->options_ = options;
+  t->rank_ = oob.rank();
+  const int nranks = oob.nranks();
+  t->localIndex_.assign(nranks, -1);
+  for (size_t i = 0; i < options.localRanks.size(); ++i) t->localIndex_[options.localRanks[i]] = static_cast<int>(i);
+  for (int c = 0; c < options.nChannels; ++c) {
+    for (int peer : {options.ringPrev[c], options.ringNext[c]})
+      if (t->localIndex_[peer] < 0)
+        return invalidUsage("ring channel " + std::to_string(c) + " connects rank " + std::to_string(t->rank_) +
+                            " to rank " + std::to_string(peer) +
+                            " on another host, and network transports are not built yet");
+  }
+  auto seg = SharedSegment::create(t->segmentBytes());
+  if (!seg.isOk()) return seg.takeStatus();
+  t->own_.emplace(std::move(seg).value());
+  PLAIT_RETURN_IF_ERROR(t->mapPeers(oob, deadline));
+  PLAIT_INFO(kShm, "shm transport: %d channel(s) of %d x %zu KiB ring steps, mesh to %zu local peers, %zu KiB segment",
+             options.nChannels, options.ring.nSteps, options.ring.stepBytes >> 10, options.localRanks.size() - 1,
+             t->segmentBytes() >> 10);
+  return t;
+}
+
+// Exchanges segment names, maps the segments this rank sends into, builds the
+// connectors, then unlinks its own segment once everybody has mapped it.
+Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
+  const int nranks = oob.nranks();
+  std::vector<char> names(kNameBytes * nranks, 0);
+  std::strncpy(&names[kNameBytes * rank_], own_->name().c_str(), kNameBytes - 1);
+  PLAIT_RETURN_IF_ERROR(oob.allGather(names.data(), kNameBytes, deadline));
+
+  std::vector<void*> peerBase(nranks, nullptr);
+  peerBase[rank_] = own_->data();
+  for (int peer : options_.localRanks) {
+    if (peer == rank_) continue;
+    auto seg = SharedSegment::open(std::string(&names[kNameBytes * peer]), segmentBytes());
+    if (!seg.isOk()) return seg.takeStatus().withContext("mapping the shared segment of rank " + std::to_string(peer));
+    peerSegments_.push_back(std::move(seg).value());
+    peerBase[peer] = peerSegments_.back().data();
+  }
+  auto at = [](void* base, size_t off) { return static_cast<char*>(base) + off; };
+  for (int c = 0; c < options_.nChannels; ++c) {
+    const int next = options_.ringNext[c], prev = options_.ringPrev[c];
+    ringSend_.push_back(std::make_unique<FifoSender>(at(peerBase[next], ringOffset(c)), options_.ring,
+                                                     newContext(next, "ring send")));
+    ringRecv_.push_back(std::make_unique<FifoReceiver>(at(own_->data(), ringOffset(c)), options_.ring,
+                                                       newContext(prev, "ring receive")));
+  }
+  meshSend_.resize(nranks);
+  meshRecv_.resize(nranks);
+  const int me = localIndex_[rank_];
+  for (int peer : options_.localRanks) {
+    if (peer == rank_) continue;
+    meshSend_[peer] = std::make_unique<FifoSender>(at(peerBase[peer], meshOffset(me)), options_.mesh,
+                                                   newContext(peer, "send"));
+    meshRecv_[peer] = std::make_unique<FifoReceiver>(at(own_->data(), meshOffset(localIndex_[peer])), options_.mesh,
+                                                     newContext(peer, "receive"));
+  }
+  PLAIT_RETURN_IF_ERROR(oob.barrier(deadline));
+  return own_->unlink();
+}
+
+void ShmTransport::setDeadline(Deadline deadline) {
+  for (auto& ctx : contexts_) ctx->deadline = deadline;
+}
+
+void ShmTransport::abort() {
+  for (auto& s : ringSend_) if (s) s->abort();
+  for (auto& r : ringRecv_) if (r) r->abort();
+  for (auto& s : meshSend_) if (s) s->abort();
+  for (auto& r : meshRecv_) if (r) r->abort();
+}
+
+ShmTransport::~ShmTransport() = default;
+
+}  // namespace plait

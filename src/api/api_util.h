@@ -1,0 +1,81 @@
+// api_util.h — what every C entry point shares: the communicator handle,
+// error mapping and the thread's last error message.
+//
+// `struct ncclComm` is the handle users hold. It outlives the communicator it
+// points to: destroy and abort free the Communicator but keep this small
+// shell (a tombstone of a few dozen bytes), so a call on a destroyed
+// communicator is reported as such instead of reading freed memory.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/comm.h"
+#include "nccl.h"
+#include "plait/status.hpp"
+
+struct ncclComm {
+  static constexpr uint64_t kLive = 0x706c616974636f6dULL;  // "plaitcom"
+  static constexpr uint64_t kDead = 0xdeadc0de0000dead;
+  uint64_t magic = kLive;
+  std::atomic<int> inflight{0};     // API calls currently using impl
+  std::atomic<int> closing{0};      // destroy/abort started
+  std::atomic<int> initState{0};    // 0 ready, 1 initialising (non-blocking), 2 failed
+  std::unique_ptr<plait::Communicator> impl;
+  std::thread initThread;           // non-blocking initialisation
+  plait::Status initError;
+  int rank = -1;
+  int nranks = 0;
+  bool blocking = true;
+  struct UserOp {
+    bool live = false;
+    ncclDataType_t type = ncclFloat32;
+    ncclScalarResidence_t residence = ncclScalarHostImmediate;
+    uint64_t scalarBits = 0;         // host-immediate value
+    const void* scalarPtr = nullptr;  // read at each call (ncclScalarDevice)
+  };
+  std::mutex opsMu;
+  std::vector<UserOp> userOps;
+};
+
+namespace plait::api {
+
+// Records the message for ncclGetLastError, logs it at WARN once, and maps
+// the code to ncclResult_t.
+ncclResult_t fail(const Status& status, const char* call);
+ncclResult_t toResult(Code code);
+const char* lastError();
+
+// Argument checks; each names the argument and its value.
+Status checkComm(ncclComm_t comm);           // live and initialised
+Status checkType(ncclDataType_t type, const char* name = "datatype");
+Status checkRoot(int root, int nranks, const char* name = "root");
+Status checkBuffer(const void* ptr, size_t count, const char* name);
+Status checkStream(cudaStream_t stream);
+// Resolves a built-in or user op for `type` into task->op.
+Status resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t type, Task* task);
+
+// Holds a communicator for the duration of one API call, so abort or
+// destroy on another thread waits until the call is out.
+class CommUse {
+ public:
+  explicit CommUse(ncclComm_t comm) : comm_(comm) { comm_->inflight.fetch_add(1, std::memory_order_seq_cst); }
+  ~CommUse() { comm_->inflight.fetch_sub(1, std::memory_order_release); }
+  // False once destroy/abort started (the call must not touch impl).
+  bool usable() const { return comm_->closing.load(std::memory_order_seq_cst) == 0; }
+
+ private:
+  ncclComm_t comm_;
+};
+
+}  // namespace plait::api
+
+// Defines `pncclX` and makes `ncclX` a weak alias of it, so profilers can
+// interpose on either name (as NCCL does).
+#define PLAIT_API(ret, name, args)                                                    \
+  extern "C" ret nccl##name args __attribute__((weak, alias("pnccl" #name)));         \
+  extern "C" __attribute__((visibility("default"))) ret pnccl##name args

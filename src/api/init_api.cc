@@ -1,0 +1,202 @@
+// init_api.cc — ids, communicator creation and teardown.
+#include <cstring>
+#include <thread>
+
+#include "api/api_util.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "core/bootstrap.h"
+
+using plait::Status;
+using namespace plait::api;
+
+namespace {
+
+constexpr unsigned kConfigMagic = 0xcafebeef;
+
+Status readConfig(const ncclConfig_t* config, plait::CommOptions* out) {
+  if (config == nullptr) return Status::ok();
+  if (config->magic != kConfigMagic)
+    return plait::invalidArgument("config->magic is not NCCL_CONFIG_INITIALIZER's (was the config initialised?)");
+  if (config->size < offsetof(ncclConfig_t, maxCTAs) + sizeof(int))
+    return plait::invalidArgument("config->size " + std::to_string(config->size) + " is too small");
+  if (config->blocking != NCCL_CONFIG_UNDEF_INT) {
+    if (config->blocking != 0 && config->blocking != 1)
+      return plait::invalidArgument("config->blocking is " + std::to_string(config->blocking) + "; use 0 or 1");
+    out->blocking = config->blocking == 1;
+  }
+  if (config->maxCTAs != NCCL_CONFIG_UNDEF_INT) {
+    if (config->maxCTAs < 1) return plait::invalidArgument("config->maxCTAs must be at least 1");
+    out->maxChannels = config->maxCTAs;
+  }
+  if (config->commName != nullptr) out->name = config->commName;
+  return Status::ok();
+}
+
+void printVersionOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const auto lvl = plait::log::level();
+    if (lvl == plait::log::Level::kVersion || lvl >= plait::log::Level::kInfo)
+      fprintf(stderr, "PLAIT version %s (NCCL API %d.%d.%d)\n", PLAIT_VERSION_STRING, NCCL_MAJOR, NCCL_MINOR,
+              NCCL_PATCH);
+  });
+}
+
+// Creates the communicator behind `shell`; runs on the caller's thread or, for
+// non-blocking configs, on the shell's init thread.
+void initShell(ncclComm_t shell, ncclUniqueId id, plait::CommOptions options) {
+  Status s = shell->impl->init(id, options);
+  if (s.isOk()) {
+    shell->initState.store(0, std::memory_order_release);
+  } else {
+    shell->initError = std::move(s);
+    shell->initState.store(2, std::memory_order_release);
+  }
+}
+
+ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config,
+                      const char* call) {
+  printVersionOnce();
+  if (out == nullptr) return fail(plait::invalidArgument("comm (the output pointer) is NULL"), call);
+  *out = nullptr;
+  plait::CommOptions options;
+  if (Status s = readConfig(config, &options); !s.isOk()) return fail(s, call);
+  if (nranks < 1) return fail(plait::invalidArgument("nranks is " + std::to_string(nranks) + "; must be ≥ 1"), call);
+  if (rank < 0 || rank >= nranks)
+    return fail(plait::invalidArgument("rank is " + std::to_string(rank) + ", outside [0, " + std::to_string(nranks) +
+                                       ")"),
+                call);
+  auto* shell = new ncclComm();
+  shell->rank = rank;
+  shell->nranks = nranks;
+  shell->blocking = options.blocking;
+  shell->impl = std::make_unique<plait::Communicator>(rank, nranks);
+  if (!options.blocking) {
+    shell->initState.store(1, std::memory_order_release);
+    shell->initThread = std::thread(initShell, shell, id, options);
+    *out = shell;
+    return ncclInProgress;
+  }
+  initShell(shell, id, options);
+  if (shell->initState.load() == 2) {
+    ncclResult_t r = fail(shell->initError, call);
+    delete shell;
+    return r;
+  }
+  *out = shell;
+  return ncclSuccess;
+}
+
+// Waits for in-flight calls to leave, then frees the communicator; the shell
+// stays as a tombstone so later calls on the handle fail cleanly.
+void retire(ncclComm_t comm, bool abort) {
+  comm->closing.store(1, std::memory_order_seq_cst);
+  if (abort) comm->impl->abort();
+  if (comm->initThread.joinable()) comm->initThread.join();
+  while (comm->inflight.load(std::memory_order_seq_cst) != 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  comm->impl.reset();
+  comm->magic = ncclComm::kDead;
+}
+
+}  // namespace
+
+PLAIT_API(ncclResult_t, GetVersion, (int* version)) {
+  if (version == nullptr) return fail(plait::invalidArgument("version is NULL"), "ncclGetVersion");
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+PLAIT_API(ncclResult_t, GetUniqueId, (ncclUniqueId* uniqueId)) {
+  printVersionOnce();
+  if (uniqueId == nullptr) return fail(plait::invalidArgument("uniqueId is NULL"), "ncclGetUniqueId");
+  auto id = plait::createUniqueId();
+  if (!id.isOk()) return fail(id.status(), "ncclGetUniqueId");
+  *uniqueId = *id;
+  return ncclSuccess;
+}
+
+PLAIT_API(ncclResult_t, CommInitRankConfig,
+          (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config)) {
+  return initRank(comm, nranks, commId, rank, config, "ncclCommInitRankConfig");
+}
+
+PLAIT_API(ncclResult_t, CommInitRank, (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank)) {
+  return initRank(comm, nranks, commId, rank, nullptr, "ncclCommInitRank");
+}
+
+PLAIT_API(ncclResult_t, CommInitRankScalable,
+          (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds, ncclConfig_t* config)) {
+  if (nId < 1 || commIds == nullptr)
+    return fail(plait::invalidArgument("commIds must hold at least one id (nId is " + std::to_string(nId) + ")"),
+                "ncclCommInitRankScalable");
+  // Plait's bootstrap root scales by itself; the first id names it.
+  return initRank(newcomm, nranks, commIds[0], myrank, config, "ncclCommInitRankScalable");
+}
+
+PLAIT_API(ncclResult_t, CommInitAll, (ncclComm_t * comms, int ndev, const int* devlist)) {
+  const char* call = "ncclCommInitAll";
+  if (comms == nullptr) return fail(plait::invalidArgument("comm (the output array) is NULL"), call);
+  if (ndev < 1) return fail(plait::invalidArgument("ndev is " + std::to_string(ndev) + "; must be ≥ 1"), call);
+  ncclUniqueId id;
+  if (ncclResult_t r = pncclGetUniqueId(&id); r != ncclSuccess) return r;
+  std::vector<ncclResult_t> results(ndev, ncclSuccess);
+  std::vector<std::string> errors(ndev);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < ndev; ++i)
+    threads.emplace_back([&, i] {
+      results[i] = initRank(&comms[i], ndev, id, i, nullptr, call);
+      if (results[i] != ncclSuccess) errors[i] = plait::api::lastError();
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < ndev; ++i) {
+    if (results[i] == ncclSuccess) continue;
+    for (int j = 0; j < ndev; ++j)
+      if (comms[j]) {
+        retire(comms[j], true);
+        comms[j] = nullptr;
+      }
+    return fail(plait::Status(plait::Code::kInvalidUsage, "rank " + std::to_string(i) + ": " + errors[i]), call);
+  }
+  (void)devlist;  // host ranks have no devices; the list only labels them
+  return ncclSuccess;
+}
+
+PLAIT_API(ncclResult_t, CommFinalize, (ncclComm_t comm)) {
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, "ncclCommFinalize");
+  // Blocking host operations are complete when their call returns; stream
+  // work is owned by its stream and completes by stream synchronisation.
+  return ncclSuccess;
+}
+
+PLAIT_API(ncclResult_t, CommDestroy, (ncclComm_t comm)) {
+  if (comm == nullptr) return ncclSuccess;  // as NCCL: destroying NULL is a no-op
+  if (comm->magic != ncclComm::kLive)
+    return fail(plait::invalidArgument("comm was already destroyed or aborted"), "ncclCommDestroy");
+  if (comm->closing.exchange(1)) return fail(plait::invalidUsage("comm is already being destroyed"), "ncclCommDestroy");
+  retire(comm, /*abort=*/false);
+  return ncclSuccess;
+}
+
+PLAIT_API(ncclResult_t, CommAbort, (ncclComm_t comm)) {
+  if (comm == nullptr) return ncclSuccess;
+  if (comm->magic != ncclComm::kLive)
+    return fail(plait::invalidArgument("comm was already destroyed or aborted"), "ncclCommAbort");
+  if (comm->closing.exchange(1)) return ncclSuccess;
+  retire(comm, /*abort=*/true);
+  return ncclSuccess;
+}
+
+PLAIT_API(ncclResult_t, CommRevoke, (ncclComm_t comm, int revokeFlags)) {
+  return fail(plait::invalidUsage("ncclCommRevoke is not supported yet by Plait"), "ncclCommRevoke");
+}
+
+PLAIT_API(ncclResult_t, CommSplit, (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config)) {
+  return fail(plait::invalidUsage("ncclCommSplit is not supported yet by Plait"), "ncclCommSplit");
+}
+
+PLAIT_API(ncclResult_t, CommShrink,
+          (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config,
+           int shrinkFlags)) {
+  return fail(plait::invalidUsage("ncclCommShrink is not supported yet by Plait"), "ncclCommShrink");
+}

@@ -1,0 +1,178 @@
+// query_api.cc — errors, queries, memory, registration, user operations.
+#include <sys/mman.h>
+
+#include <cstring>
+#include <map>
+
+#include "algorithms/types.h"
+#include "api/api_util.h"
+#include "base/config.h"
+#include "base/log.h"
+
+using plait::Status;
+using namespace plait::api;
+
+PLAIT_API(const char*, GetErrorString, (ncclResult_t result)) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the Plait developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+PLAIT_API(const char*, GetLastError, (ncclComm_t comm)) { return lastError(); }
+
+extern "C" void pncclResetDebugInit(void) {
+  plait::log::reset();
+  plait::config::resetAll();
+}
+extern "C" void ncclResetDebugInit(void) __attribute__((weak, alias("pncclResetDebugInit")));
+
+PLAIT_API(ncclResult_t, CommGetAsyncError, (ncclComm_t comm, ncclResult_t* asyncError)) {
+  const char* call = "ncclCommGetAsyncError";
+  if (asyncError == nullptr) return fail(plait::invalidArgument("asyncError is NULL"), call);
+  if (comm == nullptr) return fail(plait::invalidArgument("comm is NULL"), call);
+  if (comm->magic != ncclComm::kLive) return fail(plait::invalidArgument("comm was destroyed or aborted"), call);
+  switch (comm->initState.load(std::memory_order_acquire)) {
+    case 1: *asyncError = ncclInProgress; return ncclSuccess;
+    case 2: *asyncError = toResult(comm->initError.code()); return ncclSuccess;
+    default: break;
+  }
+  CommUse use(comm);
+  if (!use.usable()) {
+    *asyncError = ncclSuccess;
+    return ncclSuccess;
+  }
+  Status s = comm->impl->asyncError();
+  *asyncError = toResult(s.code());
+  if (!s.isOk()) fail(s, call);  // keep the message for ncclGetLastError
+  return ncclSuccess;
+}
+
+namespace {
+template <typename Fn>
+ncclResult_t query(ncclComm_t comm, void* out, const char* call, Fn fn) {
+  if (out == nullptr) return fail(plait::invalidArgument("the output pointer is NULL"), call);
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  fn();
+  return ncclSuccess;
+}
+}  // namespace
+
+PLAIT_API(ncclResult_t, CommCount, (const ncclComm_t comm, int* count)) {
+  return query(comm, count, "ncclCommCount", [&] { *count = comm->nranks; });
+}
+
+// Host communicators have no CUDA device: the answer is -1.
+PLAIT_API(ncclResult_t, CommCuDevice, (const ncclComm_t comm, int* device)) {
+  return query(comm, device, "ncclCommCuDevice", [&] { *device = -1; });
+}
+
+PLAIT_API(ncclResult_t, CommUserRank, (const ncclComm_t comm, int* rank)) {
+  return query(comm, rank, "ncclCommUserRank", [&] { *rank = comm->rank; });
+}
+
+// ---- Memory ------------------------------------------------------------------
+namespace {
+std::mutex gAllocMu;
+std::map<void*, size_t>& allocations() {
+  static auto* m = new std::map<void*, size_t>();
+  return *m;
+}
+}  // namespace
+
+PLAIT_API(ncclResult_t, MemAlloc, (void** ptr, size_t size)) {
+  const char* call = "ncclMemAlloc";
+  if (ptr == nullptr) return fail(plait::invalidArgument("ptr is NULL"), call);
+  if (size == 0) return fail(plait::invalidArgument("size is 0"), call);
+  // Page-aligned anonymous shared memory: a later issue lets peers map it.
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return fail(plait::systemError("mmap of " + std::to_string(size) + " bytes"), call);
+  std::lock_guard<std::mutex> lock(gAllocMu);
+  allocations()[p] = size;
+  *ptr = p;
+  return ncclSuccess;
+}
+
+PLAIT_API(ncclResult_t, MemFree, (void* ptr)) {
+  const char* call = "ncclMemFree";
+  if (ptr == nullptr) return ncclSuccess;
+  size_t size = 0;
+  {
+    std::lock_guard<std::mutex> lock(gAllocMu);
+    auto it = allocations().find(ptr);
+    if (it == allocations().end()) return fail(plait::invalidArgument("ptr was not allocated by ncclMemAlloc"), call);
+    size = it->second;
+    allocations().erase(it);
+  }
+  munmap(ptr, size);
+  return ncclSuccess;
+}
+
+// ---- Registration ----------------------------------------------------------------
+PLAIT_API(ncclResult_t, CommRegister, (const ncclComm_t comm, void* buff, size_t size, void** handle)) {
+  return fail(plait::invalidUsage("ncclCommRegister is not supported yet by Plait"), "ncclCommRegister");
+}
+
+PLAIT_API(ncclResult_t, CommDeregister, (const ncclComm_t comm, void* handle)) {
+  return fail(plait::invalidUsage("ncclCommDeregister is not supported yet by Plait"), "ncclCommDeregister");
+}
+
+PLAIT_API(ncclResult_t, CommWindowRegister,
+          (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags)) {
+  return fail(plait::invalidUsage("ncclCommWindowRegister is not supported yet by Plait"), "ncclCommWindowRegister");
+}
+
+PLAIT_API(ncclResult_t, CommWindowDeregister, (ncclComm_t comm, ncclWindow_t win)) {
+  return fail(plait::invalidUsage("ncclCommWindowDeregister is not supported yet by Plait"),
+              "ncclCommWindowDeregister");
+}
+
+// ---- User reduction operations ------------------------------------------------------
+PLAIT_API(ncclResult_t, RedOpCreatePreMulSum,
+          (ncclRedOp_t * op, void* scalar, ncclDataType_t datatype, ncclScalarResidence_t residence,
+           ncclComm_t comm)) {
+  const char* call = "ncclRedOpCreatePreMulSum";
+  if (op == nullptr) return fail(plait::invalidArgument("op is NULL"), call);
+  if (scalar == nullptr) return fail(plait::invalidArgument("scalar is NULL"), call);
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  if (Status s = checkType(datatype); !s.isOk()) return fail(s, call);
+  if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
+    return fail(plait::invalidArgument("residence is " + std::to_string(static_cast<int>(residence))), call);
+  ncclComm::UserOp u;
+  u.live = true;
+  u.type = datatype;
+  u.residence = residence;
+  if (residence == ncclScalarHostImmediate) {
+    std::memcpy(&u.scalarBits, scalar, plait::typeSize(datatype));
+  } else {
+    u.scalarPtr = scalar;  // host builds: "device" memory is host memory, read at each call
+  }
+  std::lock_guard<std::mutex> lock(comm->opsMu);
+  size_t index = 0;
+  while (index < comm->userOps.size() && comm->userOps[index].live) ++index;
+  if (index == comm->userOps.size()) comm->userOps.emplace_back();
+  comm->userOps[index] = u;
+  *op = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(index));
+  return ncclSuccess;
+}
+
+PLAIT_API(ncclResult_t, RedOpDestroy, (ncclRedOp_t op, ncclComm_t comm)) {
+  const char* call = "ncclRedOpDestroy";
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  const int index = static_cast<int>(op) - ncclNumOps;
+  std::lock_guard<std::mutex> lock(comm->opsMu);
+  if (static_cast<int>(op) < ncclNumOps)
+    return fail(plait::invalidArgument("op " + std::to_string(static_cast<int>(op)) + " is built in"), call);
+  if (index >= static_cast<int>(comm->userOps.size()) || !comm->userOps[index].live)
+    return fail(plait::invalidArgument("op " + std::to_string(static_cast<int>(op)) + " is not live on this comm"),
+                call);
+  comm->userOps[index].live = false;
+  return ncclSuccess;
+}

@@ -1,0 +1,174 @@
+// comm.cc — communicator creation, transports, lifecycle.
+#include "core/comm.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "base/config.h"
+#include "base/log.h"
+#include "base/wait.h"
+
+namespace plait {
+namespace {
+
+PLAIT_PARAM_INT(kInitTimeout, "INIT_TIMEOUT", 300, "seconds communicator creation may wait for all ranks");
+PLAIT_PARAM_INT(kNChannels, "NCHANNELS", 0, "channels per communicator (0: one per spare core, at most 4)");
+PLAIT_PARAM_INT(kRingStepBytes, "SHM_STEP_BYTES", 128 << 10, "bytes per shared-memory ring FIFO step");
+PLAIT_PARAM_INT(kRingSteps, "SHM_STEPS", 8, "steps per shared-memory ring FIFO");
+PLAIT_PARAM_INT(kMeshStepBytes, "SHM_MESH_STEP_BYTES", 32 << 10,
+                "bytes per step of the all-pairs FIFOs (bounds the one-shot all-reduce)");
+PLAIT_PARAM_INT(kMeshSteps, "SHM_MESH_STEPS", 4, "steps per all-pairs FIFO");
+PLAIT_PARAM_INT(kMeshMaxRanks, "SHM_MESH_MAX_RANKS", 16, "largest number of local ranks connected all to all");
+
+// The bootstrap, seen by transports as an out-of-band exchange.
+class BootstrapOob final : public OobExchange {
+ public:
+  explicit BootstrapOob(Bootstrap& b) : b_(b) {}
+  int rank() const override { return b_.rank(); }
+  int nranks() const override { return b_.nranks(); }
+  Status allGather(void* data, size_t bytes, Deadline d) override { return b_.allGather(data, bytes, d); }
+  Status barrier(Deadline d) override { return b_.barrier(d); }
+
+ private:
+  Bootstrap& b_;
+};
+
+int usableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> Communicator::create(const ncclUniqueId& id, int nranks, int rank,
+                                                           const CommOptions& options) {
+  if (nranks < 1) return invalidArgument("nranks is " + std::to_string(nranks) + "; it must be at least 1");
+  if (rank < 0 || rank >= nranks)
+    return invalidArgument("rank is " + std::to_string(rank) + "; it must be in [0, " + std::to_string(nranks) + ")");
+  auto comm = std::make_unique<Communicator>(rank, nranks);
+  PLAIT_RETURN_IF_ERROR(comm->init(id, options));
+  return comm;
+}
+
+Status Communicator::init(const ncclUniqueId& id, const CommOptions& options) {
+  log::ScopedLogRank logRank(rank_);
+  Status s = initSteps(id, options);
+  if (!s.isOk()) {
+    abort();
+    s.withContext("creating rank " + std::to_string(rank_) + " of " + std::to_string(nranks_));
+  }
+  return s;
+}
+
+Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& options) {
+  name_ = options.name;
+  timeoutMs_ = operationTimeoutMs();
+  const Deadline deadline = Deadline::afterMs(kInitTimeout.get() * 1000);
+  BootstrapOptions bopts;
+  bopts.deadline = deadline;
+  bopts.abortFlag = &abortFlag_;
+  PLAIT_ASSIGN_OR_RETURN(bootstrap_, Bootstrap::create(id, rank_, nranks_, bopts));
+
+  // Channels: as many as the host's cores allow without oversubscribing,
+  // agreed on by all ranks (the minimum of what each can afford).
+  std::vector<int> local;
+  for (int r = 0; r < nranks_; ++r)
+    if (bootstrap_->peer(r).hostHash == bootstrap_->peer(rank_).hostHash) local.push_back(r);
+  int want = static_cast<int>(kNChannels.get());
+  if (want <= 0) want = std::clamp(usableCores() / static_cast<int>(local.size()), 1, 4);
+  if (options.maxChannels > 0) want = std::min(want, options.maxChannels);
+  std::vector<int> wants(nranks_);
+  wants[rank_] = want;
+  PLAIT_RETURN_IF_ERROR(bootstrap_->allGather(wants.data(), sizeof(int), deadline));
+  const int nChannels = *std::min_element(wants.begin(), wants.end());
+  PLAIT_RETURN_IF_ERROR(connectTransports(deadline, nChannels));
+  if (nChannels > 1) workers_ = std::make_unique<ChannelWorkers>(nChannels - 1);
+  PLAIT_INFO(kInit, "comm %s rank %d nranks %d: %zu local rank(s), %d channel(s), ring %s", name_.c_str(), rank_,
+             nranks_, local.size(), nChannels, ringPosition_ == 0 ? "starts here" : "joined");
+  return Status::ok();
+}
+
+Status Communicator::connectTransports(Deadline deadline, int nChannels) {
+  // Ring order: ranks grouped by host (hosts in order of their first rank),
+  // so each host boundary is crossed once per direction.
+  std::vector<uint64_t> hostOrder;
+  for (int r = 0; r < nranks_; ++r) {
+    uint64_t h = bootstrap_->peer(r).hostHash;
+    if (std::find(hostOrder.begin(), hostOrder.end(), h) == hostOrder.end()) hostOrder.push_back(h);
+  }
+  ring_.clear();
+  for (uint64_t h : hostOrder)
+    for (int r = 0; r < nranks_; ++r)
+      if (bootstrap_->peer(r).hostHash == h) ring_.push_back(r);
+  ringPosition_ = static_cast<int>(std::find(ring_.begin(), ring_.end(), rank_) - ring_.begin());
+
+  ShmTransportOptions so;
+  so.nChannels = nChannels;
+  so.ring = FifoShape{static_cast<int>(kRingSteps.get()), static_cast<size_t>(kRingStepBytes.get())};
+  so.mesh = FifoShape{static_cast<int>(kMeshSteps.get()), static_cast<size_t>(kMeshStepBytes.get())};
+  const int prev = ring_[(ringPosition_ + nranks_ - 1) % nranks_];
+  const int next = ring_[(ringPosition_ + 1) % nranks_];
+  so.ringPrev.assign(nChannels, prev);
+  so.ringNext.assign(nChannels, next);
+  for (int r = 0; r < nranks_; ++r) {
+    if (bootstrap_->peer(r).hostHash == bootstrap_->peer(rank_).hostHash) so.localRanks.push_back(r);
+    so.pids.push_back(bootstrap_->peer(r).pid);
+  }
+  const bool mesh = static_cast<int64_t>(so.localRanks.size()) <= kMeshMaxRanks.get();
+  if (!mesh) so.mesh = FifoShape{2, 4096};
+  so.abortFlag = &abortFlag_;
+  so.oversubscribed = hostOversubscribed(static_cast<int>(so.localRanks.size()));
+  BootstrapOob oob(*bootstrap_);
+  PLAIT_ASSIGN_OR_RETURN(shm_, ShmTransport::connect(oob, so, deadline));
+
+  TunerInputs ti;
+  ti.nranks = nranks_;
+  ti.nLocalRanks = static_cast<int>(so.localRanks.size());
+  ti.nChannels = nChannels;
+  ti.ringStepBytes = so.ring.stepBytes;
+  ti.ringSteps = so.ring.nSteps;
+  ti.meshStepBytes = mesh ? so.mesh.stepBytes : 0;
+  ti.fullMesh = mesh && ti.nLocalRanks == nranks_;
+  tuner_ = std::make_unique<Tuner>(ti);
+  scratch_.resize(so.mesh.stepBytes);
+  oneShotInputs_.resize(nranks_);
+  for (int r = 0; r < nranks_; ++r)
+    PLAIT_INFO(kInit, "rank %d -> rank %d via %s", rank_, r,
+               r == rank_ ? "self" : (shm_->isLocal(r) ? "SHM" : "none (no network transport yet)"));
+  return Status::ok();
+}
+
+Status Communicator::asyncError() const {
+  if (!broken_.load(std::memory_order_acquire)) return Status::ok();
+  std::lock_guard<std::mutex> lock(errorMu_);
+  return brokenBy_;
+}
+
+void Communicator::breakWith(const Status& status) {
+  std::lock_guard<std::mutex> lock(errorMu_);
+  if (!broken_.load(std::memory_order_relaxed)) {
+    brokenBy_ = status;
+    broken_.store(true, std::memory_order_release);
+  }
+}
+
+void Communicator::abort() {
+  if (abortFlag_.exchange(1, std::memory_order_acq_rel) != 0) return;
+  if (shm_) shm_->abort();
+  if (bootstrap_) bootstrap_->abort();
+}
+
+Communicator::~Communicator() {
+  workers_.reset();
+  shm_.reset();
+  bootstrap_.reset();
+}
+
+double Communicator::estimateUs(const Task& task) const {
+  return tuner_->estimateUs(task, task.count * typeSize(task.type));
+}
+
+}  // namespace plait

@@ -1,0 +1,95 @@
+// comm.h — the communicator: what one rank owns to talk to the others.
+//
+// A Communicator is created collectively (every rank of the id calls create
+// with its rank), owns its bootstrap, transports, channel workers and tuner,
+// and runs operations. It is used by one thread at a time except abort(),
+// which any thread may call while an operation runs: every wait then returns
+// within milliseconds and the operation fails. After a failed operation the
+// communicator is broken (its pipelines are torn): later operations fail with
+// the same error until it is destroyed, as with NCCL.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "core/bootstrap.h"
+#include "core/channel_workers.h"
+#include "core/task.h"
+#include "core/tuner.h"
+#include "plait/status.hpp"
+#include "transport/shm/shm_transport.h"
+
+namespace plait {
+
+// PLAIT_TIMEOUT in milliseconds: how long any wait for a peer may block.
+int64_t operationTimeoutMs();
+
+struct CommOptions {
+  int maxChannels = -1;  // from ncclConfig_t.maxCTAs; -1: PLAIT_NCHANNELS decides
+  bool blocking = true;
+  std::string name;
+};
+
+class Communicator {
+ public:
+  // Collective: blocks until all nranks ranks joined (or the deadline).
+  static Result<std::unique_ptr<Communicator>> create(const ncclUniqueId& id, int nranks, int rank,
+                                                      const CommOptions& options);
+  // Two-step creation, so a handle exists (and abort() works) while init()
+  // blocks: construct, then init() collectively.
+  Communicator(int rank, int nranks) : rank_(rank), nranks_(nranks) {}
+  Status init(const ncclUniqueId& id, const CommOptions& options);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  uint64_t opCount() const { return opCount_; }
+
+  // Runs one operation to completion on the calling thread (and the channel
+  // workers). Returns its error, or the error that broke the communicator.
+  Status run(const Task& task);
+  // The error that broke the communicator, if any (ncclCommGetAsyncError).
+  Status asyncError() const;
+  // Thread-safe; idempotent. Unblocks every wait of this communicator and
+  // tells peers (through the shared FIFOs) that this rank is going away.
+  void abort();
+  bool aborted() const { return abortFlag_.load(std::memory_order_acquire) != 0; }
+  // The predicted time of an operation (ncclGroupSimulateEnd).
+  double estimateUs(const Task& task) const;
+
+ private:
+  Status initSteps(const ncclUniqueId& id, const CommOptions& options);
+  Status connectTransports(Deadline deadline, int nChannels);
+  Status execute(const Task& task);
+  Status runAllReduce(const Task& task, const Plan& plan, size_t bytes);
+  Status runRingChannel(const Task& task, const Plan& plan, int channel);
+  Status runOneShot(const Task& task, size_t bytes);
+  void breakWith(const Status& status);
+  void logPlanOnce(const Task& task, size_t bytes, const Plan& plan);
+
+  int rank_ = 0;
+  int nranks_ = 1;
+  std::string name_;
+  std::atomic<uint32_t> abortFlag_{0};
+  int64_t timeoutMs_ = 0;
+  uint64_t opCount_ = 0;
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::unique_ptr<ShmTransport> shm_;
+  std::unique_ptr<Tuner> tuner_;
+  std::unique_ptr<ChannelWorkers> workers_;
+  std::vector<int> ring_;         // ranks in ring order
+  int ringPosition_ = 0;
+  std::vector<char> scratch_;     // one-shot in-place staging
+  std::vector<const void*> oneShotInputs_;
+  mutable std::mutex errorMu_;
+  Status brokenBy_;
+  std::atomic<bool> broken_{false};
+  uint64_t loggedSizes_[10] = {0};  // per CollType: log2 sizes already shown
+};
+
+}  // namespace plait

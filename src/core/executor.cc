@@ -1,0 +1,166 @@
+// executor.cc — runs a planned operation on the host: channel 0 on the
+// calling thread, other channels on the communicator's workers, each channel
+// executing the same schedule code a GPU kernel would (algorithms/ring_*.h).
+#include <bit>
+#include <cstring>
+
+#include "algorithms/primitives.h"
+#include "algorithms/ring_allreduce.h"
+#include "algorithms/types.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "core/comm.h"
+
+namespace plait {
+// One knob bounds every wait, bootstrap and operations alike (PLAIT_TIMEOUT).
+int64_t operationTimeoutMs() { return bootstrapTimeoutSec() * 1000; }
+
+Status Communicator::run(const Task& task) {
+  if (aborted()) return invalidUsage("the communicator was aborted");
+  if (broken_.load(std::memory_order_acquire)) {
+    Status s = asyncError();
+    return Status(s.code(), "the communicator is broken by an earlier error: " + s.message());
+  }
+  log::ScopedLogRank logRank(rank_);
+  ++opCount_;
+  Status s = execute(task);
+  if (!s.isOk()) {
+    s.withContext(std::string(collName(task.coll)) + " #" + std::to_string(opCount_) + " on rank " +
+                  std::to_string(rank_));
+    if (s.code() != Code::kInvalidArgument && s.code() != Code::kInvalidUsage) {
+      PLAIT_WARN(kColl, "%s", s.message().c_str());
+      breakWith(s);
+    }
+  }
+  return s;
+}
+
+void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan) {
+  const int bucket = bytes == 0 ? 0 : std::bit_width(bytes);
+  uint64_t& seen = loggedSizes_[static_cast<int>(task.coll)];
+  if (bucket < 64 && !(seen & (uint64_t(1) << bucket))) {
+    seen |= uint64_t(1) << bucket;
+    PLAIT_INFO(kTuning, "%s %zu bytes (%s): %s", collName(task.coll), bytes, typeName(task.type),
+               plan.toString().c_str());
+  }
+}
+
+Status Communicator::execute(const Task& task) {
+  const size_t bytes = task.count * typeSize(task.type);
+  switch (task.coll) {
+    case CollType::kAllReduce: {
+      if (bytes == 0) return Status::ok();
+      const Plan plan = tuner_->plan(task, bytes);
+      logPlanOnce(task, bytes, plan);
+      shm_->setDeadline(Deadline::afterMs(timeoutMs_));
+      return runAllReduce(task, plan, bytes);
+    }
+    default:
+      return invalidUsage(std::string(collName(task.coll)) + " is not supported yet by Plait");
+  }
+}
+
+Status Communicator::runAllReduce(const Task& task, const Plan& plan, size_t bytes) {
+  if (plan.algo == Algorithm::kCopy) {
+    ReduceCopyArgs args;
+    args.srcs[0] = task.sendbuff;
+    args.dsts[0] = task.recvbuff;
+    args.count = task.count;
+    args.preOpSrc0 = task.op.kind == RedOpKind::kPreMulSum;
+    args.postOp = true;
+    reduceCopyFn(task.type, task.op.kind)(task.op, args);
+    return Status::ok();
+  }
+  if (plan.algo == Algorithm::kOneShot) return runOneShot(task, bytes);
+  if (!workers_ || plan.nChannels <= 1) return runRingChannel(task, plan, 0);
+  return workers_->runChannels(plan.nChannels, [&](int c) { return runRingChannel(task, plan, c); });
+}
+
+// Channel c reduces a contiguous part of the buffer, aligned to 64 bytes.
+Status Communicator::runRingChannel(const Task& task, const Plan& plan, int channel) {
+  const size_t elem = typeSize(task.type);
+  const size_t align = std::max<size_t>(1, 64 / elem);
+  const size_t perChannel = (task.count + plan.nChannels - 1) / plan.nChannels;
+  const size_t part = (perChannel + align - 1) / align * align;
+  const size_t begin = std::min(task.count, part * channel);
+  const size_t end = std::min(task.count, begin + part);
+  if (begin == end) return Status::ok();
+
+  PrimitivesConfig pc;
+  pc.recv = shm_->ringRecv(channel);
+  pc.send = shm_->ringSend(channel);
+  pc.fn = reduceCopyFn(task.type, task.op.kind);
+  pc.op = task.op;
+  pc.elemSize = elem;
+  pc.sliceBytes = plan.sliceBytes / elem * elem;
+  pc.nonTemporalOutput = plan.nonTemporal;
+  HostPrimitives prims(pc);
+
+  RingAllReduceArgs a;
+  a.input = static_cast<const char*>(task.sendbuff) + begin * elem;
+  a.output = static_cast<char*>(task.recvbuff) + begin * elem;
+  a.count = end - begin;
+  a.elemSize = elem;
+  a.nranks = nranks_;
+  a.position = ringPosition_;
+  a.alignElems = align;
+  a.chunkElems = std::max(align, plan.chunkBytes / elem / align * align);
+  if (!ringAllReduce(prims, a)) return prims.status();
+  return Status::ok();
+}
+
+// Every rank pushes its input to every peer, then all reduce the n inputs in
+// rank order, so results are bit-identical across ranks. One FIFO hand-off
+// per peer: the latency path for small messages.
+Status Communicator::runOneShot(const Task& task, size_t bytes) {
+  for (int peer = 0; peer < nranks_; ++peer) {
+    if (peer == rank_) continue;
+    FifoSender* s = shm_->meshSend(peer);
+    auto slot = s->acquire();
+    if (!slot.isOk()) return slot.takeStatus();
+    std::memcpy(*slot, task.sendbuff, bytes);
+    s->post(bytes);
+  }
+  const void* mine = task.sendbuff;
+  if (task.sendbuff == task.recvbuff && rank_ >= 2) {  // our input is read after the output is first written
+    std::memcpy(scratch_.data(), task.sendbuff, bytes);
+    mine = scratch_.data();
+  }
+  std::vector<const void*>& inputs = oneShotInputs_;
+  for (int peer = 0; peer < nranks_; ++peer) {
+    if (peer == rank_) {
+      inputs[peer] = mine;
+      continue;
+    }
+    size_t got = 0;
+    auto slot = shm_->meshRecv(peer)->acquire(&got);
+    if (!slot.isOk()) return slot.takeStatus();
+    if (got != bytes)
+      return internalError("rank " + std::to_string(peer) + " sent " + std::to_string(got) + " bytes, expected " +
+                           std::to_string(bytes) + " (ranks disagree on the operation?)");
+    inputs[peer] = *slot;
+  }
+  const ReduceCopyFn fn = reduceCopyFn(task.type, task.op.kind);
+  const bool preOp = task.op.kind == RedOpKind::kPreMulSum;
+  ReduceCopyArgs args;
+  args.count = task.count;
+  args.nSrcs = 2;
+  args.dsts[0] = task.recvbuff;
+  args.srcs[0] = inputs[0];
+  args.srcs[1] = inputs[1];
+  args.preOpSrc0 = args.preOpSrc1 = preOp;
+  args.postOp = nranks_ == 2;
+  fn(task.op, args);
+  for (int r = 2; r < nranks_; ++r) {
+    args.srcs[0] = task.recvbuff;
+    args.srcs[1] = inputs[r];
+    args.preOpSrc0 = false;
+    args.postOp = r == nranks_ - 1;
+    fn(task.op, args);
+  }
+  for (int peer = 0; peer < nranks_; ++peer)
+    if (peer != rank_) shm_->meshRecv(peer)->release();
+  return Status::ok();
+}
+
+}  // namespace plait

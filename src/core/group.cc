@@ -1,0 +1,62 @@
+#include "core/group.h"
+
+#include <thread>
+
+namespace plait::group {
+namespace {
+
+struct ThreadGroup {
+  int depth = 0;
+  std::vector<PendingOp> ops;
+  Status firstError;
+};
+
+thread_local ThreadGroup tls;
+
+}  // namespace
+
+bool active() { return tls.depth > 0; }
+int depth() { return tls.depth; }
+void start() { ++tls.depth; }
+const std::vector<PendingOp>& pending() { return tls.ops; }
+
+void enqueue(Communicator* comm, const Task& task) { tls.ops.push_back(PendingOp{comm, task}); }
+
+void recordError(const Status& status) {
+  if (tls.firstError.isOk()) tls.firstError = status;
+}
+
+Status end(const std::function<Status(Communicator*, std::vector<Task>&)>& run) {
+  if (tls.depth == 0) return invalidUsage("ncclGroupEnd called without a matching ncclGroupStart");
+  if (--tls.depth > 0) return Status::ok();
+  std::vector<PendingOp> ops = std::move(tls.ops);
+  tls.ops.clear();
+  Status first = std::move(tls.firstError);
+  tls.firstError = Status();
+  if (!first.isOk()) return first;  // NCCL launches nothing from a group with a bad call
+
+  // Per communicator, in order of first appearance.
+  std::vector<Communicator*> comms;
+  std::vector<std::vector<Task>> tasks;
+  for (auto& op : ops) {
+    size_t i = 0;
+    while (i < comms.size() && comms[i] != op.comm) ++i;
+    if (i == comms.size()) {
+      comms.push_back(op.comm);
+      tasks.emplace_back();
+    }
+    tasks[i].push_back(op.task);
+  }
+  if (comms.empty()) return Status::ok();
+  std::vector<Status> results(comms.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < comms.size(); ++i)
+    threads.emplace_back([&, i] { results[i] = run(comms[i], tasks[i]); });
+  results[0] = run(comms[0], tasks[0]);
+  for (auto& t : threads) t.join();
+  for (auto& r : results)
+    if (!r.isOk()) return r;
+  return Status::ok();
+}
+
+}  // namespace plait::group

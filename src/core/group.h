@@ -1,0 +1,42 @@
+// group.h — ncclGroupStart/End: operations issued inside a group are
+// collected per thread and launched together at the outermost End.
+//
+// NCCL's group depth is per thread, and so is Plait's: this thread-local
+// state (depth, pending operations, first error) is the library's only
+// hidden state and lives here alone. Operations on one communicator run in
+// issue order; operations on different communicators (ranks as threads in
+// one process, as with ncclCommInitAll) run concurrently, one thread each,
+// so a group over several communicators cannot deadlock on itself.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "core/task.h"
+#include "plait/status.hpp"
+
+namespace plait {
+class Communicator;
+
+namespace group {
+
+struct PendingOp {
+  Communicator* comm = nullptr;
+  Task task;
+};
+
+bool active();                   // inside a group on this thread
+void start();
+// Decrements the depth; at depth 0 runs what was collected through `run`
+// (called once per communicator with its operations) and returns the first
+// error of the group, including errors recorded by recordError.
+Status end(const std::function<Status(Communicator*, std::vector<Task>&)>& run);
+void enqueue(Communicator* comm, const Task& task);
+// Remembers an argument error of a call inside the group; End reports it.
+void recordError(const Status& status);
+// Operations pending on this thread (ncclGroupSimulateEnd).
+const std::vector<PendingOp>& pending();
+int depth();
+
+}  // namespace group
+}  // namespace plait

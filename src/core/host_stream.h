@@ -1,0 +1,3 @@
+// The host stream is part of the public C++ API; see plait/stream.hpp.
+#pragma once
+#include "plait/stream.hpp"

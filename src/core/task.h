@@ -1,0 +1,42 @@
+// task.h — one operation as the API hands it to the core: plain data.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "algorithms/reduce.h"
+#include "nccl.h"
+
+namespace plait {
+
+class HostStream;
+
+enum class CollType : uint8_t {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAlltoAll,
+  kGather,
+  kScatter,
+  kSend,
+  kRecv,
+};
+
+const char* collName(CollType coll);
+
+struct Task {
+  CollType coll = CollType::kAllReduce;
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t count = 0;  // elements, as the API defines it for this collective
+  ncclDataType_t type = ncclFloat32;
+  ncclRedOp_t ncclOp = ncclSum;
+  RedOp op;          // resolved reduction (Avg and PreMulSum made concrete)
+  int root = 0;      // Broadcast, Reduce, Gather, Scatter
+  int peer = -1;     // Send, Recv
+  HostStream* stream = nullptr;  // null: blocking, complete on return
+};
+
+}  // namespace plait

@@ -1,0 +1,112 @@
+#include "core/tuner.h"
+
+#include <strings.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "base/config.h"
+#include "base/log.h"
+
+namespace plait {
+namespace {
+
+PLAIT_PARAM_STRING(kAlgo, "ALGO", "", "force an algorithm: ring or oneshot (default: the cost model decides)");
+PLAIT_PARAM_INT(kSliceBytes, "SLICE_BYTES", 0, "bytes per ring FIFO step used by each primitive (0: tuned by size)");
+PLAIT_PARAM_INT(kChunkBytes, "CHUNK_BYTES", 0, "bytes per rank per ring loop (0: tuned by size)");
+PLAIT_PARAM_INT(kNtThreshold, "NT_STORE_THRESHOLD", 32 << 20,
+                "message bytes above which outputs are written with non-temporal stores");
+
+// Host shared-memory model, calibrated on this machine class (DESIGN.md §10):
+// one cache-line hand-off ~0.1-0.3 us; fused ring passes ~10 GB/s from DRAM.
+constexpr double kHopUs = 0.25;
+constexpr double kCallUs = 0.05;
+constexpr double kOneShotBytesPerUs = 8e3;   // copy in + (n) reads, in cache
+constexpr double kRingBytesPerUs = 12e3;     // per channel, bus bandwidth
+
+}  // namespace
+
+const char* algorithmName(Algorithm algo) {
+  switch (algo) {
+    case Algorithm::kCopy: return "copy";
+    case Algorithm::kOneShot: return "oneshot";
+    case Algorithm::kRing: return "ring";
+  }
+  return "unknown";
+}
+
+std::string Plan::toString() const {
+  char buf[160];
+  snprintf(buf, sizeof(buf), "algo %s channels %d slice %zu B chunk %zu B%s predicted %.2f us", algorithmName(algo),
+           nChannels, sliceBytes, chunkBytes, nonTemporal ? " nt-stores" : "", predictedUs);
+  return buf;
+}
+
+Tuner::Tuner(const TunerInputs& inputs) : in_(inputs) {
+  const std::string& algo = kAlgo.get();
+  if (algo.empty()) return;
+  if (strcasecmp(algo.c_str(), "ring") == 0) {
+    forced_ = static_cast<int>(Algorithm::kRing);
+  } else if (strcasecmp(algo.c_str(), "oneshot") == 0) {
+    forced_ = static_cast<int>(Algorithm::kOneShot);
+  } else {
+    PLAIT_WARN(kTuning, "%s=\"%s\" names no algorithm Plait has (ring, oneshot); ignoring it", kAlgo.source().c_str(),
+               algo.c_str());
+  }
+}
+
+double Tuner::oneShotUs(size_t bytes) const {
+  return kCallUs + kHopUs + static_cast<double>(bytes) * in_.nranks / kOneShotBytesPerUs;
+}
+
+double Tuner::ringUs(size_t bytes, int nChannels) const {
+  const int n = in_.nranks;
+  const double busBytes = 2.0 * (n - 1) / n * static_cast<double>(bytes);
+  return kCallUs + 2.0 * (n - 1) * kHopUs + busBytes / (kRingBytesPerUs * nChannels);
+}
+
+void Tuner::fillRingSlicing(size_t bytes, Plan* plan) const {
+  const size_t step = in_.ringStepBytes;
+  const size_t perRank = std::max<size_t>(1, bytes / in_.nranks / plan->nChannels);
+  // Small messages: several slices per chunk so the ring pipelines; large
+  // ones: whole steps. Chunks are half the FIFO so a rank can run ahead.
+  size_t slice = std::clamp<size_t>(perRank / 4, 4096, step);
+  size_t chunk = std::clamp<size_t>(perRank, slice, slice * std::max(1, in_.ringSteps / 2));
+  if (kSliceBytes.get() > 0) slice = std::min<size_t>(kSliceBytes.get(), step);
+  if (kChunkBytes.get() > 0) chunk = std::max<size_t>(kChunkBytes.get(), slice);
+  plan->sliceBytes = slice & ~size_t(63);
+  plan->chunkBytes = chunk & ~size_t(63);
+  if (plan->sliceBytes == 0) plan->sliceBytes = 64;
+  if (plan->chunkBytes == 0) plan->chunkBytes = plan->sliceBytes;
+  plan->nonTemporal = bytes >= static_cast<size_t>(kNtThreshold.get());
+}
+
+Plan Tuner::plan(const Task& task, size_t bytes) const {
+  Plan plan;
+  if (in_.nranks == 1) {
+    plan.algo = Algorithm::kCopy;
+    plan.predictedUs = kCallUs + static_cast<double>(bytes) / kOneShotBytesPerUs;
+    return plan;
+  }
+  const bool oneShotFits = in_.fullMesh && bytes <= in_.meshStepBytes && task.coll == CollType::kAllReduce;
+  const double tOne = oneShotFits ? oneShotUs(bytes) : 1e30;
+  // More channels only pay when each gets a useful share of the buffer.
+  int channels = in_.nChannels;
+  while (channels > 1 && bytes / static_cast<size_t>(channels) < (size_t(256) << 10)) --channels;
+  const double tRing = ringUs(bytes, channels);
+  plan.algo = tOne <= tRing ? Algorithm::kOneShot : Algorithm::kRing;
+  if (forced_ == static_cast<int>(Algorithm::kRing)) plan.algo = Algorithm::kRing;
+  if (forced_ == static_cast<int>(Algorithm::kOneShot) && oneShotFits) plan.algo = Algorithm::kOneShot;
+  if (plan.algo == Algorithm::kOneShot) {
+    plan.predictedUs = tOne;
+    plan.sliceBytes = bytes;
+    plan.chunkBytes = bytes;
+    return plan;
+  }
+  plan.nChannels = channels;
+  plan.predictedUs = tRing;
+  fillRingSlicing(bytes, &plan);
+  return plan;
+}
+
+}  // namespace plait

@@ -1,0 +1,62 @@
+// tuner.h — chooses how to run each operation: algorithm, channels, slicing.
+//
+// The model is NCCL's: time = latency + bytes / bandwidth for each candidate
+// algorithm, minimised; PLAIT_ALGO / NCCL_ALGO forces one. The inputs are
+// the communicator's shape and its transports' properties, so the same tuner
+// serves shared memory now and networks later. A Plan is plain data that
+// prints itself (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=TUNING shows each size's).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "core/task.h"
+
+namespace plait {
+
+enum class Algorithm : uint8_t {
+  kCopy,     // one rank: a local copy (with the op's pre/post scaling)
+  kOneShot,  // every rank pushes its input to every peer, then reduces locally
+  kRing,     // pipelined ring (reduce-scatter + all-gather for AllReduce)
+};
+
+const char* algorithmName(Algorithm algo);
+
+struct Plan {
+  Algorithm algo = Algorithm::kRing;
+  int nChannels = 1;
+  size_t sliceBytes = 0;  // bytes per FIFO step
+  size_t chunkBytes = 0;  // bytes per rank per ring loop
+  bool nonTemporal = false;
+  double predictedUs = 0;
+  std::string toString() const;
+};
+
+struct TunerInputs {
+  int nranks = 1;
+  int nLocalRanks = 1;
+  int nChannels = 1;           // channels the communicator has connected
+  size_t ringStepBytes = 0;    // FIFO step size of ring connectors
+  int ringSteps = 8;
+  size_t meshStepBytes = 0;    // FIFO step size of mesh connectors (0: no mesh)
+  bool fullMesh = false;       // every peer reachable through a mesh connector
+};
+
+class Tuner {
+ public:
+  explicit Tuner(const TunerInputs& inputs);
+  // Never fails: an unknown forced algorithm was reported at construction.
+  Plan plan(const Task& task, size_t bytes) const;
+  // Predicted time in microseconds of the plan chosen for this task.
+  double estimateUs(const Task& task, size_t bytes) const { return plan(task, bytes).predictedUs; }
+
+ private:
+  double oneShotUs(size_t bytes) const;
+  double ringUs(size_t bytes, int nChannels) const;
+  void fillRingSlicing(size_t bytes, Plan* plan) const;
+
+  TunerInputs in_;
+  int forced_ = -1;  // Algorithm forced by PLAIT_ALGO, or -1
+};
+
+}  // namespace plait

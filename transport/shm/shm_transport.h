@@ -1,0 +1,75 @@
+// shm_transport.h — connectors between ranks of one host over shared memory.
+//
+// Each rank creates one shared segment that holds every FIFO it receives on:
+// one ring FIFO per channel (from its ring predecessor) and one mesh FIFO per
+// other local rank (for small-message and point-to-point traffic). Senders
+// map their receivers' segments, so payloads are written into the memory of
+// the rank that reads them. Segments are unlinked as soon as every peer has
+// mapped them: a process that dies later leaks nothing.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "base/shm.h"
+#include "base/wait.h"
+#include "plait/status.hpp"
+#include "transport/fifo.h"
+#include "transport/oob.h"
+
+namespace plait {
+
+struct ShmTransportOptions {
+  int nChannels = 1;
+  FifoShape ring{8, 128 << 10};
+  FifoShape mesh{4, 32 << 10};
+  std::vector<int> ringPrev;  // per channel: the rank this rank receives from
+  std::vector<int> ringNext;  // per channel: the rank this rank sends to
+  std::vector<int> localRanks;  // ranks on this host, ascending (includes ours)
+  std::vector<int> pids;        // pid of every rank (for liveness checks)
+  const std::atomic<uint32_t>* abortFlag = nullptr;
+  bool oversubscribed = false;
+};
+
+class ShmTransport {
+ public:
+  // Collective over all ranks of the communicator (every rank calls it, also
+  // ranks with no local peers). Blocks until connected or the deadline.
+  static Result<std::unique_ptr<ShmTransport>> connect(OobExchange& oob, const ShmTransportOptions& options,
+                                                       Deadline deadline);
+  ~ShmTransport();
+
+  FifoSender* ringSend(int channel) { return ringSend_[channel].get(); }
+  FifoReceiver* ringRecv(int channel) { return ringRecv_[channel].get(); }
+  // Null when peer is not on this host (or is this rank).
+  FifoSender* meshSend(int peer) { return meshSend_[peer].get(); }
+  FifoReceiver* meshRecv(int peer) { return meshRecv_[peer].get(); }
+  bool isLocal(int peer) const { return localIndex_[peer] >= 0; }
+  const FifoShape& ringShape() const { return options_.ring; }
+  const FifoShape& meshShape() const { return options_.mesh; }
+
+  // Sets the deadline every wait of the next operation honours.
+  void setDeadline(Deadline deadline);
+  // Marks every connector aborted so peers blocked on this rank fail fast.
+  void abort();
+
+ private:
+  ShmTransport() = default;
+  size_t ringOffset(int channel) const;
+  size_t meshOffset(int fromLocalIndex) const;
+  size_t segmentBytes() const;
+  Status mapPeers(OobExchange& oob, Deadline deadline);
+  WaitContext* newContext(int peer, const char* what);
+
+  ShmTransportOptions options_;
+  int rank_ = 0;
+  std::vector<int> localIndex_;  // per rank: index among local ranks, or -1
+  std::optional<SharedSegment> own_;
+  std::vector<SharedSegment> peerSegments_;
+  std::vector<std::unique_ptr<WaitContext>> contexts_;
+  std::vector<std::unique_ptr<FifoSender>> ringSend_, meshSend_;
+  std::vector<std::unique_ptr<FifoReceiver>> ringRecv_, meshRecv_;
+};
+
+}  // namespace plait
