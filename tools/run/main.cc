@@ -1,0 +1,115 @@
+// plait-run — starts N local ranks of a program with the environment Plait's
+// launch detection reads (plait/launch.hpp), and supervises them.
+//
+//   plait-run -n N [--hosts h1,h2,...] [--timeout S] [--tag-output] [--] prog args...
+//
+// Options are parsed up to the program name; everything from there on is the
+// rank's command line. Exit status: 0 if every rank exited 0, otherwise that of
+// the first failure (see rank_launcher.h).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rank_launcher.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+
+// A port on 127.0.0.1 that was free a moment ago: bound to port 0, read back,
+// closed. Rank 0's library binds it again as the bootstrap root; another
+// process taking it in between makes rank 0's init fail, not hang.
+std::optional<int> pickFreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+            getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  close(fd);
+  if (!ok) return std::nullopt;
+  return ntohs(addr.sin_port);
+}
+
+bool isThisHost(const std::string& host) {
+  if (host == "localhost" || host == "127.0.0.1" || host == "::1") return true;
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return false;
+  std::string self(name);
+  return host == self || host == self.substr(0, self.find('.'));
+}
+
+// Checks --hosts: every entry ("host" or "host:slots") must be this host
+// until multi-host launching exists. Returns false after printing why.
+bool checkHosts(const std::string& hosts) {
+  size_t start = 0;
+  while (start <= hosts.size()) {
+    size_t comma = hosts.find(',', start);
+    std::string entry = hosts.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    size_t colon = entry.find(':');  // "host:slots"; an IPv6 address has several
+    bool slots = colon != std::string::npos && entry.find(':', colon + 1) == std::string::npos;
+    std::string host = slots ? entry.substr(0, colon) : entry;
+    if (!host.empty() && !isThisHost(host)) {
+      std::fprintf(stderr,
+                   "plait-run: launching on host '%s' is not supported yet (multi-host launch over ssh); "
+                   "start the ranks with mpirun or srun and set NCCL_COMM_ID=<host of rank 0>:<port>\n",
+                   host.c_str());
+      return false;
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "plait-run: start N local ranks of a program for Plait (sets NCCL_COMM_ID, PLAIT_RANK, ...)\n"
+      "usage: plait-run -n N [--hosts h1,h2,...] [--timeout S] [--tag-output] [--] prog args...",
+      "plait-run"};
+  app.prefix_command();  // stop at the program name: its flags are its own
+  plait::run::LaunchOptions options;
+  std::string hosts;
+  double timeoutSeconds = 0;
+  app.add_option("-n,--np", options.nranks, "number of ranks")->required()->check(CLI::Range(1, 4096));
+  app.add_option("--hosts", hosts, "comma-separated hosts (only this host is supported yet)");
+  app.add_option("--timeout", timeoutSeconds, "kill all ranks after this many seconds")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--tag-output", options.tagOutput, "prefix each output line with [rank]");
+  // CLI11 reports errors by exception; this is the only place they can arise.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);  // prints help or the error
+    return code == 0 ? 0 : kExitUsage;
+  }
+  options.command = app.remaining();
+  if (!options.command.empty() && options.command.front() == "--") options.command.erase(options.command.begin());
+  if (options.command.empty()) {
+    std::fprintf(stderr, "plait-run: no program given\n%s", app.help().c_str());
+    return plait::run::kExitLaunchFailed;
+  }
+  if (!hosts.empty() && !checkHosts(hosts)) return plait::run::kExitLaunchFailed;
+  if (timeoutSeconds > 0)
+    options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeoutSeconds * 1000 + 0.5));
+  std::optional<int> port = pickFreePort();
+  if (!port) {
+    std::fprintf(stderr, "plait-run: cannot find a free TCP port on 127.0.0.1: %s\n", strerror(errno));
+    return plait::run::kExitLaunchFailed;
+  }
+  options.commId = "127.0.0.1:" + std::to_string(*port);
+  return plait::run::runRanks(options);
+}
