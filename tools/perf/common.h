@@ -29,6 +29,8 @@ size_t typeSize(ncclDataType_t type);
 bool isFloatingType(ncclDataType_t type);
 // Writes v (exactly representable, or rounded to nearest) as one element.
 void encodeValue(ncclDataType_t type, double v, void* dst);
+// Reads one element as a double (NaN and infinities included).
+double decodeValue(ncclDataType_t type, const void* src);
 
 // The ops nccl-tests knows; kMulSum is ncclRedOpCreatePreMulSum with a host
 // scalar (2), created per communicator by the harness.

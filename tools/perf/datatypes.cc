@@ -197,6 +197,7 @@ const char* typeName(ncclDataType_t type) {
 size_t typeSize(ncclDataType_t type) { return info(type).size; }
 bool isFloatingType(ncclDataType_t type) { return info(type).floating; }
 void encodeValue(ncclDataType_t type, double v, void* dst) { encode(type, v, dst); }
+double decodeValue(ncclDataType_t type, const void* src) { return decode(type, src); }
 
 const char* opName(TestOp op) {
   switch (op) {
