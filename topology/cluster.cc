@@ -1,0 +1,93 @@
+// cluster.cc — several hosts: loading, per-system search, global assembly.
+#include "topology/cluster.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "base/log.h"
+
+namespace plait::topo {
+
+Cluster replicateSystem(TopoSystem system, int hosts) {
+  Cluster c;
+  c.systems.push_back(std::move(system));
+  c.hostSystem.assign(std::max(hosts, 1), 0);
+  return c;
+}
+
+Result<Cluster> loadCluster(const std::string& path, int hosts) {
+  PLAIT_ASSIGN_OR_RETURN(XmlNode root, readXmlFile(path));
+  if (root.name == "system") {
+    if (hosts < 0) return invalidArgument("cluster of " + std::to_string(hosts) + " hosts");
+    PLAIT_ASSIGN_OR_RETURN(TopoSystem sys, buildSystem(root));
+    return replicateSystem(std::move(sys), std::max(hosts, 1));
+  }
+  if (root.name != "cluster") return invalidArgument(path + ": root is <" + root.name + ">, expected <system> or <cluster>");
+  Cluster c;
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  for (const XmlNode& node : root.children) {
+    if (node.name != "node") continue;
+    const std::string* file = node.attr("file");
+    if (!file) return invalidArgument(path + ": <node> without file");
+    PLAIT_ASSIGN_OR_RETURN(XmlNode xml, readXmlFile((dir / *file).string()));
+    PLAIT_ASSIGN_OR_RETURN(TopoSystem sys, buildSystem(xml));
+    c.systems.push_back(std::move(sys));
+    int64_t count = node.intAttr("count", 1);
+    for (int64_t i = 0; i < count; ++i) c.hostSystem.push_back(static_cast<int>(c.systems.size()) - 1);
+  }
+  if (c.hostSystem.empty()) return invalidArgument(path + ": no <node> elements");
+  if (hosts > 0 && hosts != c.hosts()) {
+    return invalidArgument(path + " describes " + std::to_string(c.hosts()) + " hosts, not " + std::to_string(hosts));
+  }
+  return c;
+}
+
+Result<ClusterGraphs> computeClusterGraphs(const Cluster& cluster) {
+  ClusterGraphs out;
+  const bool multiNode = cluster.hosts() > 1;
+  size_t nChannels = SIZE_MAX;
+  double bw = 1e30;
+  for (const TopoSystem& sys : cluster.systems) {
+    if (sys.count(NodeType::kGpu) == 0) return invalidUsage("a host has no GPU: use buildHostGraphs for host ranks");
+    out.paths.emplace_back(sys, pathOptionsFromEnv(sys));
+    PLAIT_ASSIGN_OR_RETURN(NodeGraphs graphs, computeNodeGraphs(sys, out.paths.back(), multiNode));
+    if (graphs.ring.channels.empty()) return internalError("graph search found no channel");
+    nChannels = std::min(nChannels, graphs.ring.channels.size());
+    bw = std::min(bw, graphs.ring.speedIntra);
+    out.perSystem.push_back(std::move(graphs));
+  }
+  std::vector<int> offset(cluster.hosts() + 1, 0);
+  for (int h = 0; h < cluster.hosts(); ++h) offset[h + 1] = offset[h] + cluster.host(h).count(NodeType::kGpu);
+  std::vector<std::vector<std::vector<int>>> orders(nChannels);
+  for (size_t c = 0; c < nChannels; ++c) {
+    for (int h = 0; h < cluster.hosts(); ++h) {
+      const NodeGraph& tree = out.perSystem[cluster.hostSystem[h]].tree;
+      std::vector<int> host;
+      for (int g : tree.channels[c].gpus) host.push_back(offset[h] + g);
+      orders[c].push_back(std::move(host));
+    }
+  }
+  PLAIT_ASSIGN_OR_RETURN(out.comm, assembleGraphs(orders));
+  out.comm.ringBw = bw;
+  out.comm.treeBw = bw;
+  return out;
+}
+
+std::vector<RankPlacement> hostPlacements(const Cluster& cluster, int ranksPerHost) {
+  std::vector<RankPlacement> out;
+  for (int h = 0; h < cluster.hosts(); ++h) {
+    const TopoSystem& sys = cluster.host(h);
+    const std::vector<int>& cpus = sys.of(NodeType::kCpu);
+    for (int r = 0; r < ranksPerHost; ++r) {
+      RankPlacement p;
+      p.rank = h * ranksPerHost + r;
+      p.hostHash = 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(h + 1);
+      p.numaNode = cpus.empty() ? 0 : sys.nodes[cpus[r % cpus.size()]].cpu.numaId;
+      p.cpu = r;
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
+}  // namespace plait::topo

@@ -1,0 +1,385 @@
+// system.cc — TopoSystem from NCCL's topology XML.
+//
+// The build mirrors NCCL's reading of the schema: CPUs first with their PCI
+// subtrees (GPUs, NICs and switches), then NVLinks, C2C links and extra PCI
+// links in a second pass (their targets must exist first), then every pair of
+// CPUs joined by the inter-socket link.
+#include "topology/system.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+namespace plait::topo {
+
+namespace {
+
+constexpr const char* kPciBridgeClass = "0x060400";
+constexpr const char* kNvSwitchClass = "0x068000";
+constexpr const char* kCpuClass = "0x068001";
+
+std::string lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+const char* nodeTypeName(NodeType type) {
+  static const char* kNames[] = {"GPU", "PCI", "NVS", "CPU", "NIC", "NET"};
+  return kNames[static_cast<int>(type)];
+}
+
+const char* linkTypeName(LinkType type) {
+  switch (type) {
+    case LinkType::kLoc: return "LOC";
+    case LinkType::kNvl: return "NVL";
+    case LinkType::kC2c: return "C2C";
+    case LinkType::kPci: return "PCI";
+    case LinkType::kSys: return "SYS";
+    case LinkType::kNet: return "NET";
+  }
+  return "?";
+}
+
+const char* pathTypeName(PathType type) {
+  static const char* kNames[] = {"LOC", "NVL", "NVB", "C2C", "PIX", "PXB",
+                                 "P2C", "PXN", "PHB", "SYS", "NET", "DIS"};
+  return kNames[static_cast<int>(type)];
+}
+
+std::optional<PathType> parsePathType(std::string_view text) {
+  std::string upper(text);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (int t = 0; t <= static_cast<int>(PathType::kDis); ++t) {
+    if (upper == pathTypeName(static_cast<PathType>(t))) return static_cast<PathType>(t);
+  }
+  return std::nullopt;
+}
+
+double nvlinkBw(int sm) {
+  if (sm >= 100) return 40.1;
+  if (sm >= 90) return 20.6;
+  if (sm >= 86) return 12.0;
+  if (sm >= 70) return 20.0;
+  if (sm >= 60) return 18.0;
+  return 20.0;
+}
+
+double pciBw(std::string_view linkSpeed, int width) {
+  // Per-lane rate in units of 100 Mb/s after encoding overhead, by generation.
+  double gts = std::strtod(std::string(linkSpeed).c_str(), nullptr);
+  double perLane = 60;  // unknown: Gen3
+  if (gts > 0) {
+    if (gts < 3) perLane = 15;
+    else if (gts < 6) perLane = 30;
+    else if (gts < 10) perLane = 60;
+    else if (gts < 20) perLane = 120;
+    else if (gts < 40) perLane = 240;
+    else perLane = 480;
+  }
+  if (width <= 0) width = 16;
+  return width * perLane / 80.0;
+}
+
+std::string TopoNode::label() const {
+  switch (type) {
+    case NodeType::kGpu: return "GPU" + std::to_string(gpu.rank >= 0 ? gpu.rank : gpu.dev);
+    case NodeType::kCpu: return "CPU" + std::to_string(cpu.numaId);
+    case NodeType::kNet: return "NET" + std::to_string(net.dev);
+    case NodeType::kNic: return "NIC " + busId;
+    case NodeType::kNvs: return "NVS";
+    case NodeType::kPci: return "PCI " + busId;
+  }
+  return "?";
+}
+
+int TopoSystem::findLink(int from, int to) const {
+  for (int id : nodes[from].links) {
+    if (links[id].to == to) return id;
+  }
+  return -1;
+}
+
+double TopoSystem::outBw(int node, LinkType type) const {
+  double sum = 0;
+  for (int id : nodes[node].links) {
+    if (links[id].type == type) sum += links[id].bw;
+  }
+  return sum;
+}
+
+namespace {
+
+// Accumulates nodes and links while walking the document.
+class SystemBuilder {
+ public:
+  Result<TopoSystem> build(const XmlNode& root);
+
+ private:
+  int addNode(NodeType type) {
+    sys_.nodes.emplace_back();
+    sys_.nodes.back().type = type;
+    return static_cast<int>(sys_.nodes.size()) - 1;
+  }
+  // Adds bandwidth to an existing from->to link of the same type (NVLinks
+  // declared several times aggregate), or creates it.
+  void connect(int from, int to, LinkType type, double bw);
+  Status addCpu(const XmlNode& xml);
+  Status addPci(const XmlNode& xml, int parent, int cpu);
+  int addNic(const XmlNode& xmlNic, int parent, double bw);
+  Status addSecondPass(const XmlNode& xml, int gpu, int cpu);
+  void connectCpus();
+  void finish();
+
+  TopoSystem sys_;
+  std::map<std::string, int> byBusId_;  // GPU / PCI / NIC node by bus id
+  std::map<int, int> cpuOfNode_;        // node -> its CPU node
+  int nvs_ = -1;
+};
+
+void SystemBuilder::connect(int from, int to, LinkType type, double bw) {
+  for (int id : sys_.nodes[from].links) {
+    TopoLink& l = sys_.links[id];
+    if (l.to == to && l.type == type) {
+      l.bw += bw;
+      return;
+    }
+  }
+  sys_.links.push_back(TopoLink{type, from, to, bw});
+  sys_.nodes[from].links.push_back(static_cast<int>(sys_.links.size()) - 1);
+}
+
+Status SystemBuilder::addCpu(const XmlNode& xml) {
+  int cpu = addNode(NodeType::kCpu);
+  CpuInfo& info = sys_.nodes[cpu].cpu;
+  info.numaId = static_cast<int>(xml.intAttr("numaid", static_cast<int64_t>(sys_.count(NodeType::kCpu))));
+  info.arch = xml.attrOr("arch", "");
+  info.vendor = xml.attrOr("vendor", "");
+  info.familyId = static_cast<int>(xml.intAttr("familyid", 0));
+  info.modelId = static_cast<int>(xml.intAttr("modelid", 0));
+  info.affinity = xml.attrOr("affinity", "");
+  sys_.byType[static_cast<int>(NodeType::kCpu)].push_back(cpu);
+  cpuOfNode_[cpu] = cpu;
+  for (const XmlNode& c : xml.children) {
+    if (c.name == "pci") {
+      PLAIT_RETURN_IF_ERROR(addPci(c, cpu, cpu));
+    } else if (c.name == "nic") {
+      addNic(c, cpu, kBwLoc);  // a NIC without PCI information hangs off its CPU
+    }
+  }
+  return Status::ok();
+}
+
+int SystemBuilder::addNic(const XmlNode& xmlNic, int parent, double bw) {
+  int nic = addNode(NodeType::kNic);
+  sys_.byType[static_cast<int>(NodeType::kNic)].push_back(nic);
+  cpuOfNode_[nic] = cpuOfNode_[parent];
+  connect(nic, parent, LinkType::kPci, bw);
+  connect(parent, nic, LinkType::kPci, bw);
+  for (const XmlNode& xmlNet : xmlNic.children) {
+    if (xmlNet.name != "net" || !xmlNet.hasAttr("dev")) continue;
+    int net = addNode(NodeType::kNet);
+    NetInfo& info = sys_.nodes[net].net;
+    info.name = xmlNet.attrOr("name", "");
+    info.dev = static_cast<int>(xmlNet.intAttr("dev", -1));
+    int64_t mbps = xmlNet.intAttr("speed", 0);
+    if (mbps <= 0) mbps = 10000;  // NICs that report -1 count as 10 Gb/s
+    info.bw = static_cast<double>(mbps) / 8000.0;
+    info.latency = xmlNet.floatAttr("latency", 0);
+    info.port = static_cast<int>(xmlNet.intAttr("port", 0));
+    info.guid = static_cast<uint64_t>(xmlNet.intAttr("guid", info.dev));
+    info.maxConn = static_cast<int>(xmlNet.intAttr("maxconn", 32));
+    info.gdr = static_cast<int>(xmlNet.intAttr("gdr", 0));
+    info.coll = static_cast<int>(xmlNet.intAttr("coll", 0));
+    sys_.byType[static_cast<int>(NodeType::kNet)].push_back(net);
+    cpuOfNode_[net] = cpuOfNode_[parent];
+    connect(nic, net, LinkType::kNet, info.bw);
+    connect(net, nic, LinkType::kNet, info.bw);
+  }
+  return nic;
+}
+
+Status SystemBuilder::addPci(const XmlNode& xml, int parent, int cpu) {
+  const std::string* busIdText = xml.attr("busid");
+  if (!busIdText) return invalidArgument("<pci> element without busid");
+  std::string busId = lower(*busIdText);
+  std::string cls = lower(xml.attrOr("class", ""));
+  double bw = pciBw(xml.attrOr("link_speed", ""), static_cast<int>(xml.intAttr("link_width", 0)));
+  int node = -1;
+  if (const XmlNode* xmlGpu = xml.child("gpu")) {
+    node = addNode(NodeType::kGpu);
+    GpuInfo& g = sys_.nodes[node].gpu;
+    g.dev = static_cast<int>(xmlGpu->intAttr("dev", sys_.count(NodeType::kGpu)));
+    g.rank = static_cast<int>(xmlGpu->intAttr("rank", g.dev));
+    g.sm = static_cast<int>(xmlGpu->intAttr("sm", 0));
+    g.gdr = static_cast<int>(xmlGpu->intAttr("gdr", 0));
+    sys_.byType[static_cast<int>(NodeType::kGpu)].push_back(node);
+  } else if (const XmlNode* xmlNic = xml.child("nic")) {
+    cpuOfNode_[parent] = cpu;
+    node = addNic(*xmlNic, parent, bw);
+    sys_.nodes[node].busId = busId;
+    byBusId_[busId] = node;
+    return Status::ok();
+  } else if (cls.rfind(kPciBridgeClass, 0) == 0 || !xml.children.empty()) {
+    node = addNode(NodeType::kPci);
+    sys_.byType[static_cast<int>(NodeType::kPci)].push_back(node);
+  } else {
+    return Status::ok();  // an endpoint NCCL's model has no use for
+  }
+  TopoNode& n = sys_.nodes[node];
+  n.busId = busId;
+  n.pciDevice = (static_cast<uint64_t>(xml.intAttr("vendor", 0)) << 48) |
+                (static_cast<uint64_t>(xml.intAttr("device", 0)) << 32) |
+                (static_cast<uint64_t>(xml.intAttr("subsystem_vendor", 0)) << 16) |
+                static_cast<uint64_t>(xml.intAttr("subsystem_device", 0));
+  byBusId_[busId] = node;
+  cpuOfNode_[node] = cpu;
+  connect(node, parent, LinkType::kPci, bw);
+  connect(parent, node, LinkType::kPci, bw);
+  if (n.type == NodeType::kPci) {
+    for (const XmlNode& c : xml.children) {
+      if (c.name == "pci") PLAIT_RETURN_IF_ERROR(addPci(c, node, cpu));
+      if (c.name == "nic") addNic(c, node, bw);
+    }
+  }
+  return Status::ok();
+}
+
+// NVLinks, C2C links and <pcilink>s, once every GPU and switch exists.
+Status SystemBuilder::addSecondPass(const XmlNode& xml, int gpu, int cpu) {
+  for (const XmlNode& c : xml.children) {
+    int childGpu = gpu, childCpu = cpu;
+    if (c.name == "cpu") {
+      childCpu = -1;
+      for (int idx : sys_.of(NodeType::kCpu)) {
+        if (sys_.nodes[idx].cpu.numaId == c.intAttr("numaid", -2)) childCpu = idx;
+      }
+    }
+    if (c.name == "pci" && c.child("gpu")) {
+      auto it = byBusId_.find(lower(c.attrOr("busid", "")));
+      childGpu = it == byBusId_.end() ? -1 : it->second;
+    }
+    if (c.name == "nvlink" && gpu >= 0) {
+      int count = static_cast<int>(c.intAttr("count", 1));
+      double bw = count * nvlinkBw(sys_.nodes[gpu].gpu.sm);
+      std::string tclass = lower(c.attrOr("tclass", ""));
+      int remote = -1;
+      if (tclass == kNvSwitchClass) {
+        if (nvs_ < 0) {
+          nvs_ = addNode(NodeType::kNvs);
+          sys_.byType[static_cast<int>(NodeType::kNvs)].push_back(nvs_);
+        }
+        remote = nvs_;
+      } else if (tclass == kCpuClass) {
+        remote = cpu;
+      } else {
+        auto it = byBusId_.find(lower(c.attrOr("target", "")));
+        if (it == byBusId_.end() || sys_.nodes[it->second].type != NodeType::kGpu) {
+          return invalidArgument("<nvlink target=\"" + c.attrOr("target", "") + "\"> names no GPU");
+        }
+        remote = it->second;
+      }
+      connect(gpu, remote, LinkType::kNvl, bw);
+      if (sys_.nodes[remote].type != NodeType::kGpu) connect(remote, gpu, LinkType::kNvl, bw);
+    } else if (c.name == "c2c" && gpu >= 0 && cpu >= 0) {
+      double bw = static_cast<double>(c.intAttr("bw", 0) * c.intAttr("count", 1)) / 1000.0;
+      connect(gpu, cpu, LinkType::kC2c, bw);
+      connect(cpu, gpu, LinkType::kC2c, bw);
+    } else if (c.name == "pcilink") {
+      auto self = byBusId_.find(lower(xml.attrOr("busid", "")));
+      auto remote = byBusId_.find(lower(c.attrOr("target", "")));
+      if (self != byBusId_.end() && remote != byBusId_.end()) {
+        connect(self->second, remote->second, LinkType::kLoc, kBwLoc);
+      }
+    }
+    PLAIT_RETURN_IF_ERROR(addSecondPass(c, childGpu, childCpu));
+  }
+  return Status::ok();
+}
+
+double interCpuBw(const CpuInfo& cpu) {
+  if (cpu.arch == "ppc64") return kBwPower9;
+  if (cpu.arch == "arm64") return kBwArm;
+  if (cpu.arch == "x86_64") {
+    if (cpu.vendor == "GenuineIntel") return (cpu.familyId == 6 && cpu.modelId >= 0x55) ? kBwSklQpi : kBwQpi;
+    if (cpu.vendor == "AuthenticAMD") return kBwAmdFabric;
+    if (cpu.vendor == "CentaurHauls" || cpu.vendor == "  Shanghai  ") {
+      return (cpu.familyId == 7 && cpu.modelId == 0x5b) ? kBwYongfengZpi : kBwZpi;
+    }
+  }
+  return kBwLoc;
+}
+
+void SystemBuilder::connectCpus() {
+  for (int a : sys_.of(NodeType::kCpu)) {
+    for (int b : sys_.of(NodeType::kCpu)) {
+      if (a != b) connect(a, b, LinkType::kSys, interCpuBw(sys_.nodes[a].cpu));
+    }
+  }
+}
+
+void SystemBuilder::finish() {
+  auto& gpus = sys_.byType[static_cast<int>(NodeType::kGpu)];
+  std::stable_sort(gpus.begin(), gpus.end(), [&](int a, int b) {
+    const GpuInfo &ga = sys_.nodes[a].gpu, &gb = sys_.nodes[b].gpu;
+    return ga.rank != gb.rank ? ga.rank < gb.rank : ga.dev < gb.dev;
+  });
+  auto& nets = sys_.byType[static_cast<int>(NodeType::kNet)];
+  std::stable_sort(nets.begin(), nets.end(),
+                   [&](int a, int b) { return sys_.nodes[a].net.dev < sys_.nodes[b].net.dev; });
+  auto& cpus = sys_.byType[static_cast<int>(NodeType::kCpu)];
+  std::stable_sort(cpus.begin(), cpus.end(),
+                   [&](int a, int b) { return sys_.nodes[a].cpu.numaId < sys_.nodes[b].cpu.numaId; });
+  // Fastest links first: the search tries them first.
+  for (TopoNode& n : sys_.nodes) {
+    std::stable_sort(n.links.begin(), n.links.end(),
+                     [&](int a, int b) { return sys_.links[a].bw > sys_.links[b].bw; });
+  }
+}
+
+Result<TopoSystem> SystemBuilder::build(const XmlNode& root) {
+  if (root.name != "system") return invalidArgument("topology XML root is <" + root.name + ">, expected <system>");
+  sys_.xml = root;
+  for (const XmlNode& c : root.children) {
+    if (c.name == "cpu") PLAIT_RETURN_IF_ERROR(addCpu(c));
+  }
+  PLAIT_RETURN_IF_ERROR(addSecondPass(root, -1, -1));
+  connectCpus();
+  finish();
+  return std::move(sys_);
+}
+
+}  // namespace
+
+Result<TopoSystem> buildSystem(const XmlNode& root) { return SystemBuilder().build(root); }
+
+std::string describeSystem(const TopoSystem& system) {
+  std::ostringstream out;
+  out << "System: " << system.count(NodeType::kCpu) << " CPU, " << system.count(NodeType::kGpu) << " GPU, "
+      << system.count(NodeType::kNvs) << " NVS, " << system.count(NodeType::kPci) << " PCI switch, "
+      << system.count(NodeType::kNic) << " NIC, " << system.count(NodeType::kNet) << " NET\n";
+  for (int t = 0; t < kNodeTypeCount; ++t) {
+    for (int idx : system.byType[t]) {
+      const TopoNode& n = system.nodes[idx];
+      out << "  " << n.label();
+      if (n.type == NodeType::kGpu) out << " (dev " << n.gpu.dev << ", sm " << n.gpu.sm << ", " << n.busId << ")";
+      if (n.type == NodeType::kCpu) out << " (" << n.cpu.arch << " " << n.cpu.vendor << ")";
+      if (n.type == NodeType::kNet) out << " (" << n.net.name << ", " << n.net.bw << " GB/s)";
+      out << "\n";
+      for (int id : n.links) {
+        const TopoLink& l = system.links[id];
+        char bw[32];
+        std::snprintf(bw, sizeof bw, "%.1f", l.bw);
+        out << "    + " << linkTypeName(l.type) << "[" << bw << "] -> " << system.nodes[l.to].label() << "\n";
+      }
+    }
+  }
+  return out.str();
+}
+
+}  // namespace plait::topo
