@@ -1,0 +1,198 @@
+// bench_fifo — the connector FIFO between two threads pinned to different
+// cores, with same-run references (DESIGN.md §9, §10: absolute numbers swing
+// 2-5x with core placement on shared machines, so compare ratios).
+//
+//   BM_CacheLinePingPong       reference: one cache line handed back and forth (round trip)
+//   BM_FifoRoundTrip/<bytes>   a step there and its echo back through a second FIFO
+//   BM_Memcpy/<bytes>          reference: single-thread memcpy of one step, in cache
+//   BM_FifoStream/<stepBytes>  the sender copies each step in, the receiver copies it out
+//
+// Run with --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+// and quote medians.
+#include <benchmark/benchmark.h>
+#include <sched.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "base/shm.h"
+#include "transport/fifo.h"
+
+namespace plait {
+namespace {
+
+// The first two CPUs this process may run on (the same one twice on a 1-CPU box).
+std::pair<int, int> twoCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  sched_getaffinity(0, sizeof(set), &set);
+  int cpus[2] = {-1, -1};
+  int found = 0;
+  for (int c = 0; c < CPU_SETSIZE && found < 2; ++c)
+    if (CPU_ISSET(c, &set)) cpus[found++] = c;
+  if (found == 1) cpus[1] = cpus[0];
+  return {cpus[0], cpus[1]};
+}
+
+void pinThisThread(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof(set), &set);  // 0: the calling thread
+}
+
+// Pins the calling thread for a scope and restores its affinity after.
+class ScopedPin {
+ public:
+  explicit ScopedPin(int cpu) {
+    sched_getaffinity(0, sizeof(saved_), &saved_);
+    pinThisThread(cpu);
+  }
+  ~ScopedPin() { sched_setaffinity(0, sizeof(saved_), &saved_); }
+
+ private:
+  cpu_set_t saved_;
+};
+
+// One FIFO in its own shared segment with a wait context for each end.
+struct Fifo {
+  explicit Fifo(FifoShape s) : shape(s), segment(std::move(SharedSegment::create(s.totalBytes()).value())) {
+    ctx.deadline = Deadline::afterMs(600000);
+    ctx.what = "bench";
+  }
+  FifoShape shape;
+  SharedSegment segment;
+  WaitContext ctx;
+  FifoSender sender() { return FifoSender(segment.data(), shape, &ctx); }
+  FifoReceiver receiver() { return FifoReceiver(segment.data(), shape, &ctx); }
+};
+
+constexpr size_t kStop = 0;  // a step of 0 bytes tells the helper thread to stop
+
+void BM_CacheLinePingPong(benchmark::State& state) {
+  auto [cpuA, cpuB] = twoCpus();
+  ScopedPin pin(cpuA);
+  alignas(64) static std::atomic<uint64_t> line{0};
+  line.store(0);
+  std::thread echo([&, cpu = cpuB] {
+    pinThisThread(cpu);
+    for (uint64_t expect = 1;; expect += 2) {
+      uint64_t v;
+      while ((v = line.load(std::memory_order_acquire)) != expect && v != ~uint64_t(0)) cpuPause();
+      if (v == ~uint64_t(0)) return;
+      line.store(expect + 1, std::memory_order_release);
+    }
+  });
+  uint64_t next = 1;
+  for (auto _ : state) {
+    line.store(next, std::memory_order_release);
+    while (line.load(std::memory_order_acquire) != next + 1) cpuPause();
+    next += 2;
+  }
+  line.store(~uint64_t(0), std::memory_order_release);
+  echo.join();
+}
+BENCHMARK(BM_CacheLinePingPong)->UseRealTime();
+
+// Round trip: this thread posts `bytes` to the echo thread, which copies them
+// into a step of the return FIFO; this thread reads the echo.
+void BM_FifoRoundTrip(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  auto [cpuA, cpuB] = twoCpus();
+  ScopedPin pin(cpuA);
+  FifoShape shape{8, std::max<size_t>(bytes, 64)};
+  Fifo there(shape), back(shape);
+  std::thread echo([&, cpu = cpuB] {
+    pinThisThread(cpu);
+    FifoReceiver in = there.receiver();
+    FifoSender out = back.sender();
+    for (;;) {
+      size_t n = 0;
+      const char* src = in.acquire(&n).value();
+      char* dst = out.acquire().value();
+      std::memcpy(dst, src, n);
+      in.release();
+      out.post(n);
+      if (n == kStop) return;
+    }
+  });
+  FifoSender out = there.sender();
+  FifoReceiver in = back.receiver();
+  std::vector<char> payload(bytes, 'x');
+  std::vector<char> sink(bytes);
+  for (auto _ : state) {
+    std::memcpy(out.acquire().value(), payload.data(), bytes);
+    out.post(bytes);
+    size_t n = 0;
+    const char* echoed = in.acquire(&n).value();
+    std::memcpy(sink.data(), echoed, n);
+    in.release();
+  }
+  benchmark::DoNotOptimize(sink.data());
+  out.acquire().value();
+  out.post(kStop);
+  size_t n = 0;
+  (void)in.acquire(&n).value();
+  in.release();
+  echo.join();
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes) * 2);
+}
+BENCHMARK(BM_FifoRoundTrip)->Arg(8)->Arg(1024)->Arg(4096)->UseRealTime();
+
+void BM_Memcpy(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  std::vector<char> src(bytes, 'x'), dst(bytes);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes));
+}
+BENCHMARK(BM_Memcpy)->Arg(64 << 10)->Arg(512 << 10)->UseRealTime();
+
+// Streaming: this thread copies a source buffer into successive steps; the
+// receiver thread copies each step out to a destination buffer of 8 steps
+// (cycling, like a chunked collective writing its output).
+void BM_FifoStream(benchmark::State& state) {
+  const size_t stepBytes = static_cast<size_t>(state.range(0));
+  const int nSteps = 8;
+  auto [cpuA, cpuB] = twoCpus();
+  ScopedPin pin(cpuA);
+  Fifo fifo({nSteps, stepBytes});
+  std::thread receiver([&, cpu = cpuB] {
+    pinThisThread(cpu);
+    FifoReceiver in = fifo.receiver();
+    std::vector<char> dst(stepBytes * nSteps);
+    for (uint64_t i = 0;; ++i) {
+      size_t n = 0;
+      const char* src = in.acquire(&n).value();
+      if (n == kStop) {
+        in.release();
+        return;
+      }
+      std::memcpy(dst.data() + (i % nSteps) * stepBytes, src, n);
+      in.release();
+    }
+  });
+  FifoSender out = fifo.sender();
+  std::vector<char> src(stepBytes * nSteps, 'x');
+  uint64_t i = 0;
+  for (auto _ : state) {
+    std::memcpy(out.acquire().value(), src.data() + (i++ % nSteps) * stepBytes, stepBytes);
+    out.post(stepBytes);
+  }
+  out.acquire().value();
+  out.post(kStop);
+  receiver.join();
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(stepBytes));
+}
+BENCHMARK(BM_FifoStream)->Arg(64 << 10)->Arg(512 << 10)->UseRealTime();
+
+}  // namespace
+}  // namespace plait
+
+BENCHMARK_MAIN();
