@@ -65,6 +65,24 @@ class Result:
         return total
 
 
+def bus_factor(collective: str, nranks: int) -> float:
+    """nccl-tests' busbw / algbw for a collective name ("all_reduce", "AllReduce", ...)."""
+    c = collective.lower().replace("_", "").replace("-", "")
+    if c == "allreduce":
+        return 2.0 * (nranks - 1) / nranks
+    if c in ("allgather", "reducescatter", "alltoall", "gather", "scatter"):
+        return (nranks - 1) / nranks
+    return 1.0
+
+
+def busbw_from_time(size: int, time_us: float, factor: float) -> Optional[float]:
+    """busbw in GB/s from the time column, which keeps precision where the
+    printed bandwidths round to 0.00 (small sizes)."""
+    if time_us <= 0:
+        return None
+    return size / (time_us * 1e3) * factor
+
+
 def _measurement(fields: List[str]) -> Optional[Measurement]:
     if len(fields) != 4:
         raise ValueError(f"expected 4 fields, got {fields}")

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "common/peer_reference.h"
+#include "../common/peer_reference.h"
 #include "perf_table.h"
 
 namespace {
