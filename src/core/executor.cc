@@ -28,7 +28,7 @@ Status Communicator::run(const Task& task) {
     s.withContext(std::string(collName(task.coll)) + " #" + std::to_string(opCount_) + " on rank " +
                   std::to_string(rank_));
     if (s.code() != Code::kInvalidArgument && s.code() != Code::kInvalidUsage) {
-      PLAIT_WARN(kColl, "%s", s.message().c_str());
+      PLAIT_INFO(kColl, "%s", s.message().c_str());
       breakWith(s);
     }
   }
@@ -113,12 +113,21 @@ Status Communicator::runRingChannel(const Task& task, const Plan& plan, int chan
 // rank order, so results are bit-identical across ranks. One FIFO hand-off
 // per peer: the latency path for small messages.
 Status Communicator::runOneShot(const Task& task, size_t bytes) {
+  const ReduceCopyFn fn = reduceCopyFn(task.type, task.op.kind);
+  const bool preOp = task.op.kind == RedOpKind::kPreMulSum;
   for (int peer = 0; peer < nranks_; ++peer) {
     if (peer == rank_) continue;
     FifoSender* s = shm_->meshSend(peer);
     auto slot = s->acquire();
     if (!slot.isOk()) return slot.takeStatus();
-    std::memcpy(*slot, task.sendbuff, bytes);
+    // Our input enters every peer's reduction already scaled by our own
+    // PreMulSum scalar (ranks may hold different scalars).
+    ReduceCopyArgs copy;
+    copy.srcs[0] = task.sendbuff;
+    copy.dsts[0] = *slot;
+    copy.count = task.count;
+    copy.preOpSrc0 = preOp;
+    fn(task.op, copy);
     s->post(bytes);
   }
   const void* mine = task.sendbuff;
@@ -140,21 +149,21 @@ Status Communicator::runOneShot(const Task& task, size_t bytes) {
                            std::to_string(bytes) + " (ranks disagree on the operation?)");
     inputs[peer] = *slot;
   }
-  const ReduceCopyFn fn = reduceCopyFn(task.type, task.op.kind);
-  const bool preOp = task.op.kind == RedOpKind::kPreMulSum;
   ReduceCopyArgs args;
   args.count = task.count;
   args.nSrcs = 2;
   args.dsts[0] = task.recvbuff;
   args.srcs[0] = inputs[0];
   args.srcs[1] = inputs[1];
-  args.preOpSrc0 = args.preOpSrc1 = preOp;
+  args.preOpSrc0 = preOp && rank_ == 0;
+  args.preOpSrc1 = preOp && rank_ == 1;
   args.postOp = nranks_ == 2;
   fn(task.op, args);
   for (int r = 2; r < nranks_; ++r) {
     args.srcs[0] = task.recvbuff;
     args.srcs[1] = inputs[r];
     args.preOpSrc0 = false;
+    args.preOpSrc1 = preOp && rank_ == r;
     args.postOp = r == nranks_ - 1;
     fn(task.op, args);
   }

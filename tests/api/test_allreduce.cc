@@ -1,0 +1,153 @@
+// AllReduce against an independent reference: every type x op x count x
+// placement, for rank counts {1,2,3,4,5,8} as threads of one process.
+// The same binary runs under several PLAIT_ALGO / PLAIT_NCHANNELS settings
+// (see CMakeLists.txt), so each algorithm and the multi-channel path are
+// checked.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "harness.h"
+#include "values.h"
+
+using namespace plait_test;
+
+namespace {
+
+const ncclDataType_t kTypes[] = {ncclInt8,   ncclUint8,   ncclInt32,   ncclUint32,     ncclInt64,     ncclUint64,
+                                 ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
+const ncclRedOp_t kOps[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
+
+// Runs one AllReduce on this rank and returns a description of the first
+// wrong element, or "".
+std::string checkOne(int rank, int nranks, ncclComm_t comm, ncclDataType_t t, ncclRedOp_t op, size_t count,
+                     bool inPlace) {
+  const size_t bytes = count * sizeOf(t);
+  std::vector<char> send(bytes + 64), recv(bytes + 64, 0x5a);
+  for (size_t i = 0; i < count; ++i) store(send.data(), i, t, inputValue(t, op, rank, i));
+  void* out = inPlace ? send.data() : recv.data();
+  // Guard bytes after the output must survive.
+  std::memset(static_cast<char*>(out) + bytes, 0x77, 64);
+  if (ncclAllReduce(send.data(), out, count, t, op, comm, nullptr) != ncclSuccess)
+    return std::string("ncclAllReduce failed: ") + ncclGetLastError(comm);
+  for (size_t i = 0; i < count; ++i) {
+    const double want = expectedValue(t, op, nranks, i);
+    const double got = load(out, i, t);
+    if (std::fabs(got - want) > tolerance(t, op, nranks, want)) {
+      std::ostringstream os;
+      os << "type " << t << " op " << op << " count " << count << (inPlace ? " in-place" : " out-of-place")
+         << ": element " << i << " is " << got << ", expected " << want;
+      return os.str();
+    }
+  }
+  for (int g = 0; g < 64; ++g)
+    if (static_cast<unsigned char>(static_cast<char*>(out)[bytes + g]) != 0x77)
+      return "wrote past the end of the output (count " + std::to_string(count) + ")";
+  return "";
+}
+
+std::string sweep(int rank, int nranks, ncclComm_t comm, const std::vector<size_t>& counts) {
+  for (ncclDataType_t t : kTypes)
+    for (ncclRedOp_t op : kOps)
+      for (size_t count : counts)
+        for (bool inPlace : {false, true}) {
+          std::string err = checkOne(rank, nranks, comm, t, op, count, inPlace);
+          if (!err.empty()) return err;
+        }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("AllReduce: every type, op, count and placement matches the reference", "[allreduce]") {
+  const std::vector<size_t> counts = {0, 1, 7, 1023, 4099, 70001};
+  for (int nranks : {1, 2, 3, 4, 5, 8}) {
+    INFO("nranks " << nranks);
+    auto failures = runThreads(nranks, [&](int rank, ncclComm_t comm) { return sweep(rank, nranks, comm, counts); });
+    for (auto& f : failures) FAIL_CHECK(f);
+  }
+}
+
+TEST_CASE("AllReduce: large buffers (1M+7 elements) across rank counts", "[allreduce][large]") {
+  const size_t count = (1u << 20) + 7;
+  for (int nranks : {2, 3, 4, 5, 8}) {
+    INFO("nranks " << nranks);
+    auto failures = runThreads(nranks, [&](int rank, ncclComm_t comm) {
+      for (ncclDataType_t t : {ncclFloat32, ncclFloat16, ncclInt8})
+        for (bool inPlace : {false, true}) {
+          std::string err = checkOne(rank, nranks, comm, t, ncclSum, count, inPlace);
+          if (!err.empty()) return err;
+        }
+      return checkOne(rank, nranks, comm, ncclBfloat16, ncclMax, count, false);
+    });
+    for (auto& f : failures) FAIL_CHECK(f);
+  }
+}
+
+TEST_CASE("AllReduce: all ranks get bit-identical float results", "[allreduce]") {
+  const int nranks = 4;
+  const size_t count = 100003;
+  std::vector<std::vector<float>> results(nranks);
+  auto failures = runThreads(nranks, [&](int rank, ncclComm_t comm) {
+    std::vector<float> in(count);
+    uint32_t x = 12345u + static_cast<uint32_t>(rank);
+    for (auto& v : in) {  // values whose sums round differently in different orders
+      x = x * 1664525u + 1013904223u;
+      v = static_cast<float>(x >> 8) * 1e-7f;
+    }
+    results[rank].resize(count);
+    if (ncclAllReduce(in.data(), results[rank].data(), count, ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess)
+      return std::string(ncclGetLastError(comm));
+    return std::string();
+  });
+  for (auto& f : failures) FAIL(f);
+  for (int r = 1; r < nranks; ++r) CHECK(std::memcmp(results[0].data(), results[r].data(), count * 4) == 0);
+}
+
+TEST_CASE("AllReduce: PreMulSum scales each rank's input", "[allreduce][premulsum]") {
+  const int nranks = 3;
+  auto failures = runThreads(nranks, [&](int rank, ncclComm_t comm) {
+    const size_t count = 5000;
+    std::vector<double> in(count, 1.0 + rank), out(count);
+    double scalar = 0.5 * (rank + 1);  // each rank's own scalar applies to its own input
+    ncclRedOp_t op;
+    if (ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat64, ncclScalarHostImmediate, comm) != ncclSuccess)
+      return std::string(ncclGetLastError(comm));
+    if (ncclAllReduce(in.data(), out.data(), count, ncclFloat64, op, comm, nullptr) != ncclSuccess)
+      return std::string(ncclGetLastError(comm));
+    ncclRedOpDestroy(op, comm);
+    double want = 0;
+    for (int r = 0; r < nranks; ++r) want += (1.0 + r) * 0.5 * (r + 1);
+    for (size_t i = 0; i < count; ++i)
+      if (out[i] != want) return "element " + std::to_string(i) + " is " + std::to_string(out[i]);
+    return std::string();
+  });
+  for (auto& f : failures) FAIL_CHECK(f);
+}
+
+TEST_CASE("ncclCommInitAll: ranks as threads of one process, driven from one thread by a group", "[init]") {
+  const int n = 3;
+  ncclComm_t comms[n];
+  REQUIRE(ncclCommInitAll(comms, n, nullptr) == ncclSuccess);
+  std::vector<std::vector<int32_t>> bufs(n, std::vector<int32_t>(1000));
+  for (int r = 0; r < n; ++r)
+    for (int i = 0; i < 1000; ++i) bufs[r][i] = r * 1000 + i;
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  for (int r = 0; r < n; ++r)
+    REQUIRE(ncclAllReduce(bufs[r].data(), bufs[r].data(), 1000, ncclInt32, ncclSum, comms[r], nullptr) ==
+            ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  for (int r = 0; r < n; ++r)
+    for (int i = 0; i < 1000; ++i) REQUIRE(bufs[r][i] == 3000 + 3 * i);
+  for (int r = 0; r < n; ++r) {
+    int count = 0, rank = -1, dev = 0;
+    CHECK(ncclCommCount(comms[r], &count) == ncclSuccess);
+    CHECK(ncclCommUserRank(comms[r], &rank) == ncclSuccess);
+    CHECK(ncclCommCuDevice(comms[r], &dev) == ncclSuccess);
+    CHECK(count == n);
+    CHECK(rank == r);
+    CHECK(dev == -1);
+    CHECK(ncclCommDestroy(comms[r]) == ncclSuccess);
+  }
+}

@@ -1,0 +1,136 @@
+// Every bad input gets the right ncclResult_t and a message naming it.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+
+#include "harness.h"
+
+namespace {
+
+bool lastErrorMentions(const char* word) { return std::strstr(ncclGetLastError(nullptr), word) != nullptr; }
+
+}  // namespace
+
+TEST_CASE("Plain queries and constants", "[api]") {
+  int version = 0;
+  REQUIRE(ncclGetVersion(&version) == ncclSuccess);
+  CHECK(version == NCCL_VERSION_CODE);
+  CHECK(version == 22809);
+  CHECK(ncclGetVersion(nullptr) == ncclInvalidArgument);
+  CHECK(std::string(ncclGetErrorString(ncclSuccess)) == "no error");
+  CHECK(std::string(ncclGetErrorString(ncclRemoteError)).find("remote") != std::string::npos);
+  CHECK(sizeof(ncclUniqueId) == 128);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  CHECK(config.magic == 0xcafebeef);
+  CHECK(config.blocking == INT_MIN);
+}
+
+TEST_CASE("Invalid arguments are rejected with a message naming them", "[api][errors]") {
+  auto failures = plait_test::runThreads(2, [](int rank, ncclComm_t comm) -> std::string {
+    float buf[4] = {0};
+    if (ncclAllReduce(nullptr, buf, 4, ncclFloat, ncclSum, comm, nullptr) != ncclInvalidArgument ||
+        !lastErrorMentions("sendbuff"))
+      return "null sendbuff";
+    if (ncclAllReduce(buf, nullptr, 4, ncclFloat, ncclSum, comm, nullptr) != ncclInvalidArgument ||
+        !lastErrorMentions("recvbuff"))
+      return "null recvbuff";
+    if (ncclAllReduce(buf, buf, 4, static_cast<ncclDataType_t>(ncclNumTypes), ncclSum, comm, nullptr) !=
+            ncclInvalidArgument ||
+        !lastErrorMentions("datatype"))
+      return "bad datatype";
+    if (ncclAllReduce(buf, buf, 4, ncclFloat, static_cast<ncclRedOp_t>(ncclNumOps + 3), comm, nullptr) !=
+            ncclInvalidArgument ||
+        !lastErrorMentions("op"))
+      return "bad op";
+    if (ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, nullptr, nullptr) != ncclInvalidArgument ||
+        !lastErrorMentions("comm"))
+      return "null comm";
+    if (ncclAllReduce(buf, buf, SIZE_MAX / 2, ncclFloat, ncclSum, comm, nullptr) != ncclInvalidArgument ||
+        !lastErrorMentions("count"))
+      return "count overflow";
+    int fakeStream = 0;
+    if (ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, comm, reinterpret_cast<cudaStream_t>(&fakeStream)) !=
+            ncclInvalidArgument ||
+        !lastErrorMentions("stream"))
+      return "bad stream";
+    // Null buffers are fine with count 0, and the communicator still works.
+    if (ncclAllReduce(nullptr, nullptr, 0, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess) return "count 0";
+    buf[0] = 1.0f + rank;
+    if (ncclAllReduce(buf, buf, 1, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess || buf[0] != 3.0f)
+      return "communicator unusable after rejected calls";
+    return "";
+  });
+  for (auto& f : failures) FAIL_CHECK(f);
+}
+
+TEST_CASE("Creation arguments are checked", "[api][errors]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t comm = nullptr;
+  CHECK(ncclCommInitRank(&comm, 0, id, 0) == ncclInvalidArgument);
+  CHECK(lastErrorMentions("nranks"));
+  CHECK(ncclCommInitRank(&comm, 2, id, 2) == ncclInvalidArgument);
+  CHECK(lastErrorMentions("rank"));
+  CHECK(ncclCommInitRank(nullptr, 1, id, 0) == ncclInvalidArgument);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.magic = 0;
+  CHECK(ncclCommInitRankConfig(&comm, 1, id, 0, &config) == ncclInvalidArgument);
+  CHECK(lastErrorMentions("magic"));
+  ncclUniqueId garbage;
+  std::memset(&garbage, 0x41, sizeof(garbage));
+  CHECK(ncclCommInitRank(&comm, 1, garbage, 0) != ncclSuccess);
+  CHECK(comm == nullptr);
+}
+
+TEST_CASE("A destroyed communicator is reported, not used", "[api][errors]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t comm = nullptr;
+  REQUIRE(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
+  float x = 2.0f;
+  REQUIRE(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, nullptr) == ncclSuccess);
+  CHECK(x == 2.0f);
+  REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
+  CHECK(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, nullptr) == ncclInvalidArgument);
+  CHECK(lastErrorMentions("destroyed"));
+  CHECK(ncclCommDestroy(comm) == ncclInvalidArgument);
+  int n = 0;
+  CHECK(ncclCommCount(comm, &n) == ncclInvalidArgument);
+}
+
+TEST_CASE("Unsupported functions say so instead of pretending", "[api]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t comm = nullptr;
+  REQUIRE(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
+  ncclWindow_t win;
+  char buf[4096];
+  CHECK(ncclCommWindowRegister(comm, buf, sizeof(buf), &win, 0) == ncclInvalidUsage);
+  CHECK(lastErrorMentions("not supported yet"));
+  CHECK(ncclCommRevoke(comm, 0) == ncclInvalidUsage);
+  CHECK(ncclCommDestroy(comm) == ncclSuccess);
+}
+
+TEST_CASE("Groups nest per thread; an unmatched End is an error", "[api][group]") {
+  CHECK(ncclGroupEnd() == ncclInvalidUsage);
+  CHECK(ncclGroupStart() == ncclSuccess);
+  CHECK(ncclGroupStart() == ncclSuccess);
+  CHECK(ncclGroupEnd() == ncclSuccess);
+  CHECK(ncclGroupEnd() == ncclSuccess);
+  ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+  CHECK(ncclGroupStart() == ncclSuccess);
+  CHECK(ncclGroupSimulateEnd(&info) == ncclSuccess);
+  CHECK(info.estimatedTime == 0.0f);
+}
+
+TEST_CASE("ncclMemAlloc / ncclMemFree", "[api]") {
+  void* p = nullptr;
+  REQUIRE(ncclMemAlloc(&p, 1 << 20) == ncclSuccess);
+  REQUIRE(p != nullptr);
+  std::memset(p, 1, 1 << 20);
+  CHECK(ncclMemFree(p) == ncclSuccess);
+  int local = 0;
+  CHECK(ncclMemFree(&local) == ncclInvalidArgument);
+  CHECK(ncclMemAlloc(&p, 0) == ncclInvalidArgument);
+}

@@ -1,0 +1,79 @@
+// Nothing hangs: abort unblocks waits, a dead peer is an error naming it.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "harness.h"
+
+using Clock = std::chrono::steady_clock;
+
+TEST_CASE("ncclCommAbort from another thread unblocks a waiting AllReduce", "[faults]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  std::thread init1([&] { REQUIRE(ncclCommInitRank(&comms[1], 2, id, 1) == ncclSuccess); });
+  REQUIRE(ncclCommInitRank(&comms[0], 2, id, 0) == ncclSuccess);
+  init1.join();
+  // Rank 1 never joins the collective; rank 0 waits until aborted.
+  std::vector<float> buf(1 << 16, 1.0f);
+  ncclResult_t result = ncclSuccess;
+  auto start = Clock::now();
+  std::thread waiter([&] { result = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comms[0], nullptr); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto abortAt = Clock::now();
+  REQUIRE(ncclCommAbort(comms[0]) == ncclSuccess);
+  waiter.join();
+  auto unblocked = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - abortAt).count();
+  CHECK(result != ncclSuccess);
+  CHECK(unblocked < 1000);
+  CHECK(std::chrono::duration_cast<std::chrono::milliseconds>(abortAt - start).count() >= 250);
+  CHECK(ncclCommDestroy(comms[1]) == ncclSuccess);
+}
+
+TEST_CASE("A rank killed mid-collective makes the others fail with ncclRemoteError naming it", "[faults]") {
+  // PLAIT_TIMEOUT is minutes by default: the failure comes from detection.
+  auto codes = plait_test::runProcesses(3, [](int rank, const ncclUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, 3, id, rank) != ncclSuccess) return 10;
+    std::vector<float> buf(1 << 18, 1.0f);
+    for (int iter = 0; iter < 1000000; ++iter) {
+      if (rank == 2 && iter == 5) raise(SIGKILL);
+      ncclResult_t r = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
+      if (r != ncclSuccess) {
+        const char* msg = ncclGetLastError(comm);
+        const bool named = std::strstr(msg, "rank 2") != nullptr;
+        ncclCommAbort(comm);
+        return r == ncclRemoteError && named ? 0 : 20 + r;
+      }
+    }
+    return 30;  // never noticed
+  });
+  CHECK(codes[0] == 0);
+  CHECK(codes[1] == 0);
+  CHECK(codes[2] == -SIGKILL);
+}
+
+// Run with PLAIT_TIMEOUT=1 (see CMakeLists.txt).
+TEST_CASE("A wait that passes PLAIT_TIMEOUT fails instead of hanging", "[timeout]") {
+  auto codes = plait_test::runProcesses(2, [](int rank, const ncclUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+    if (rank == 1) {  // alive but silent: only the deadline can end rank 0's wait
+      sleep(4);
+      ncclCommAbort(comm);
+      return 0;
+    }
+    float x = 1;
+    auto start = Clock::now();
+    ncclResult_t r = ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, nullptr);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    ncclCommAbort(comm);
+    return r != ncclSuccess && ms < 3500 ? 0 : 20;
+  });
+  CHECK(codes[0] == 0);
+  CHECK(codes[1] == 0);
+}
