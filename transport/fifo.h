@@ -20,8 +20,9 @@
 // communicator's abort flag, peer liveness, and the other end's abort flag.
 //
 // Threading: one thread drives a FifoSender and one a FifoReceiver at a time
-// (they may be in different processes). abort() may be called from any
-// thread of the owning side's process while the other end is waiting.
+// (they may be in different processes). abort(), aborted() and peerAborted()
+// touch only the shared control block and may be called from any thread at
+// any time (ncclCommAbort); every other method is for the driving thread.
 //
 // FifoControl and FifoShape are plain data usable from device code; the
 // FifoSender/FifoReceiver classes wait with OS calls and are host-only.
@@ -84,6 +85,11 @@ namespace detail {
 inline std::atomic<uint32_t>* futexWordOf(uint64_t* counter) {
   return reinterpret_cast<std::atomic<uint32_t>*>(counter);
 }
+// Whether either end has called abort().
+inline bool eitherAborted(FifoControl* ctrl) {
+  return AtomicRef<uint32_t>(ctrl->senderAborted).load(mo::relaxed) != 0 ||
+         AtomicRef<uint32_t>(ctrl->receiverAborted).load(mo::relaxed) != 0;
+}
 }  // namespace detail
 
 // The sending end. Typical use, per step:
@@ -108,9 +114,11 @@ class FifoSender {
 
   // Waits until the next step's buffer is free and returns it (shape().stepBytes
   // bytes, 64-byte aligned). Calling it again before post() returns the same
-  // buffer. Fails with kRemoteError when the receiver aborted or died, this
-  // side's abort flag is set, or the deadline passes (base/wait.h messages);
-  // with kInvalidUsage after this end's abort(). Blocks.
+  // buffer. A free step is returned without looking at anything else; a wait
+  // fails with kRemoteError when the receiver aborted ("rank 1 aborted during
+  // <what>") or died, when this end was aborted or the communicator's abort
+  // flag is set ("aborted during <what>"), or at the deadline (base/wait.h).
+  // Blocks.
   Result<char*> acquire() {
     if (__builtin_expect(tail_ - cachedHead_ < static_cast<uint64_t>(shape_.nSteps), 1)) return stepBuffer(slot_);
     return acquireSlow();
@@ -118,7 +126,6 @@ class FifoSender {
 
   // The next step's buffer if it is free now, else nullptr. Never blocks.
   char* tryAcquire() {
-    if (aborted_) return nullptr;
     if (tail_ - cachedHead_ >= static_cast<uint64_t>(shape_.nSteps)) refreshHead();
     return tail_ - cachedHead_ < static_cast<uint64_t>(shape_.nSteps) ? stepBuffer(slot_) : nullptr;
   }
@@ -133,16 +140,19 @@ class FifoSender {
     wake(detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers);
   }
 
-  // Tells the receiver this end is giving up: its waits fail with
-  // kRemoteError "<peer> aborted during ...". Later acquire() calls here
-  // fail with kInvalidUsage.
-  // Never blocks; idempotent.
+  // Gives up: marks the send end aborted in the control block and wakes both
+  // ends. From then on every wait on either end fails (the receiver's with
+  // "<peer> aborted during ...", this end's with "aborted during ..."); steps
+  // already free here or posted there are still handed out. Any thread, any
+  // time; never blocks; idempotent.
   void abort() {
-    aborted_ = true;
-    cachedHead_ = tail_ - static_cast<uint64_t>(shape_.nSteps);  // sends acquire() down the slow path
     AtomicRef<uint32_t>(ctrl_->senderAborted).store(1, mo::release);
     wake(detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers);
+    wake(detail::futexWordOf(&ctrl_->head), &ctrl_->sendSleepers);
   }
+  // Whether this end, or the receiver, has aborted. Any thread.
+  bool aborted() const { return AtomicRef<uint32_t>(ctrl_->senderAborted).load(mo::acquire) != 0; }
+  bool peerAborted() const { return AtomicRef<uint32_t>(ctrl_->receiverAborted).load(mo::acquire) != 0; }
 
   // Steps posted so far (the next step's number).
   uint64_t stepIndex() const { return tail_; }
@@ -162,13 +172,13 @@ class FifoSender {
   void refreshHead() { cachedHead_ = AtomicRef<uint64_t>(ctrl_->head).load(mo::acquire); }
 
   __attribute__((noinline)) Result<char*> acquireSlow() {
-    if (aborted_) return invalidUsage("FIFO send end already aborted");
     const uint64_t nSteps = static_cast<uint64_t>(shape_.nSteps);
     auto ready = [this, nSteps] {
       refreshHead();
-      return tail_ - cachedHead_ < nSteps || AtomicRef<uint32_t>(ctrl_->receiverAborted).load(mo::relaxed) != 0;
+      return tail_ - cachedHead_ < nSteps || detail::eitherAborted(ctrl_);
     };
     PLAIT_RETURN_IF_ERROR(waitUntil(ready, detail::futexWordOf(&ctrl_->head), &ctrl_->sendSleepers, *ctx_));
+    if (aborted()) return abortedError(*ctx_);
     if (tail_ - cachedHead_ < nSteps) return stepBuffer(slot_);
     return peerAbortedError(*ctx_);
   }
@@ -180,7 +190,6 @@ class FifoSender {
   uint64_t tail_ = 0;        // steps posted by this end (the shared tail's value)
   uint64_t cachedHead_ = 0;  // last head read; head only grows, so this is a lower bound
   int slot_ = 0;             // tail_ % nSteps
-  bool aborted_ = false;
 };
 
 // The receiving end. Typical use, per step:
@@ -206,8 +215,9 @@ class FifoReceiver {
   // Waits until the next step is posted; returns its buffer and stores its
   // payload size in *bytes. The buffer stays valid and unchanged until
   // release(). Calling it again before release() returns the same step.
-  // Fails like FifoSender::acquire() (sender aborted or died, abort flag,
-  // deadline). Blocks.
+  // A posted step is returned without looking at anything else; a wait fails
+  // like FifoSender::acquire()'s (either end aborted, sender died, abort
+  // flag, deadline). Blocks.
   Result<const char*> acquire(size_t* bytes) {
     if (__builtin_expect(cachedTail_ != head_, 1)) {
       *bytes = ctrl_->stepBytes[slot_];
@@ -219,7 +229,6 @@ class FifoReceiver {
   // The next step's buffer if it is posted now (size in *bytes), else nullptr.
   // Never blocks.
   const char* tryAcquire(size_t* bytes) {
-    if (aborted_) return nullptr;
     if (cachedTail_ == head_) refreshTail();
     if (cachedTail_ == head_) return nullptr;
     *bytes = ctrl_->stepBytes[slot_];
@@ -235,14 +244,16 @@ class FifoReceiver {
     wake(detail::futexWordOf(&ctrl_->head), &ctrl_->sendSleepers);
   }
 
-  // Tells the sender this end is giving up (its waits fail with kRemoteError).
-  // Later acquire() calls here fail with kInvalidUsage. Never blocks; idempotent.
+  // Gives up, like FifoSender::abort(): every later wait on either end fails.
+  // Any thread, any time; never blocks; idempotent.
   void abort() {
-    aborted_ = true;
-    cachedTail_ = head_;  // sends acquire() down the slow path
     AtomicRef<uint32_t>(ctrl_->receiverAborted).store(1, mo::release);
     wake(detail::futexWordOf(&ctrl_->head), &ctrl_->sendSleepers);
+    wake(detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers);
   }
+  // Whether this end, or the sender, has aborted. Any thread.
+  bool aborted() const { return AtomicRef<uint32_t>(ctrl_->receiverAborted).load(mo::acquire) != 0; }
+  bool peerAborted() const { return AtomicRef<uint32_t>(ctrl_->senderAborted).load(mo::acquire) != 0; }
 
   // Steps released so far (the next step's number).
   uint64_t stepIndex() const { return head_; }
@@ -259,12 +270,12 @@ class FifoReceiver {
   void refreshTail() { cachedTail_ = AtomicRef<uint64_t>(ctrl_->tail).load(mo::acquire); }
 
   __attribute__((noinline)) Result<const char*> acquireSlow(size_t* bytes) {
-    if (aborted_) return invalidUsage("FIFO receive end already aborted");
     auto ready = [this] {
       refreshTail();
-      return cachedTail_ != head_ || AtomicRef<uint32_t>(ctrl_->senderAborted).load(mo::relaxed) != 0;
+      return cachedTail_ != head_ || detail::eitherAborted(ctrl_);
     };
     PLAIT_RETURN_IF_ERROR(waitUntil(ready, detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers, *ctx_));
+    if (aborted()) return abortedError(*ctx_);
     if (cachedTail_ == head_) return peerAbortedError(*ctx_);
     *bytes = ctrl_->stepBytes[slot_];
     return stepBuffer(slot_);
@@ -277,7 +288,6 @@ class FifoReceiver {
   uint64_t head_ = 0;        // steps released by this end (the shared head's value)
   uint64_t cachedTail_ = 0;  // last tail read; tail only grows, so this is a lower bound
   int slot_ = 0;             // head_ % nSteps
-  bool aborted_ = false;
 };
 
 }  // namespace plait

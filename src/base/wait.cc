@@ -152,6 +152,8 @@ void wakeSlow(std::atomic<uint32_t>* futexWord) {
 
 std::string describePeer(const WaitContext& ctx) { return peerText(ctx); }
 
+Status abortedError(const WaitContext& ctx) { return abortedStatus(ctx); }
+
 Status peerAbortedError(const WaitContext& ctx) {
   return remoteError(peerText(ctx) + " aborted during " + whatText(ctx));
 }

@@ -94,6 +94,9 @@ std::string describePeer(const WaitContext& ctx);
 // kRemoteError "rank 3 (pid 1234) aborted during <what>": for waits that see
 // the peer's own abort flag (e.g. FifoControl::senderAborted).
 Status peerAbortedError(const WaitContext& ctx);
+// kRemoteError "aborted during <what>": what waitUntil returns for the abort
+// flag, for waits that see this side's own abort mark.
+Status abortedError(const WaitContext& ctx);
 
 // True when `localRanks` exceed the CPUs this process may run on
 // (sched_getaffinity); false if the affinity cannot be read.

@@ -301,8 +301,14 @@ TEST_CASE("one end's abort() fails the other end's wait", "[fifo]") {
     CHECK(r.status().code() == Code::kRemoteError);
     CHECK(r.status().message() == "rank 0 aborted during fifo test recv");
     CHECK(msSince(start) < 500);
-    CHECK(sender.acquire().status().code() == Code::kInvalidUsage);  // even with free steps
+    CHECK(sender.aborted());
+    CHECK(receiver.peerAborted());
+    CHECK_FALSE(receiver.aborted());
     CHECK(receiver.acquire(&n).status().code() == Code::kRemoteError);
+    REQUIRE(sendSteps(sender, 0, 2).isOk());  // free steps are still handed out...
+    auto r2 = sender.acquire();                // ...but every wait fails
+    REQUIRE_FALSE(r2.isOk());
+    CHECK(r2.status().message() == "aborted during fifo test send");
   }
   SECTION("the receiver aborts") {
     REQUIRE(sendSteps(sender, 0, 2).isOk());
@@ -315,6 +321,30 @@ TEST_CASE("one end's abort() fails the other end's wait", "[fifo]") {
     REQUIRE_FALSE(r.isOk());
     CHECK(r.status().message() == "rank 1 aborted during fifo test send");
   }
+}
+
+TEST_CASE("abort() from another thread unblocks this end's own wait (ncclCommAbort)", "[fifo]") {
+  FifoFixture f({2, 64});
+  f.sendCtx.peerRank = 1;
+  FifoSender sender = f.sender();
+  FifoReceiver receiver = f.receiver();
+  Clock::time_point called;
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    called = Clock::now();
+    receiver.abort();  // while the main thread waits in receiver.acquire()
+  });
+  size_t n;
+  auto r = receiver.acquire(&n);
+  auto returned = Clock::now();
+  t.join();
+  REQUIRE_FALSE(r.isOk());
+  CHECK(r.status().message() == "aborted during fifo test recv");
+  CHECK(std::chrono::duration<double, std::milli>(returned - called).count() < 50);
+  REQUIRE(sendSteps(sender, 0, 2).isOk());
+  auto s = sender.acquire();
+  REQUIRE_FALSE(s.isOk());
+  CHECK(s.status().message() == "rank 1 aborted during fifo test send");
 }
 
 TEST_CASE("100k steps between two forked processes arrive complete and in order", "[fifo][process]") {
