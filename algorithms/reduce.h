@@ -46,8 +46,10 @@ struct ReduceCopyArgs {
 };
 
 // Computes args for `op`. Sources and destinations may alias each other
-// exactly (in-place: dst == src0) but must not partially overlap. Any
-// alignment is accepted. Never fails, never blocks; thread-safe (no shared
+// exactly (in-place: dst == src0) but must not partially overlap. Pointers
+// need only the element's natural alignment. One source with no pre-op or
+// post-op is a bit-exact copy (an fp8 inf or a NaN payload survives it);
+// anything computed goes through the accumulator and rounds back. Never fails, never blocks; thread-safe (no shared
 // state).
 using ReduceCopyFn = void (*)(const RedOp& op, const ReduceCopyArgs& args);
 

@@ -6,7 +6,9 @@
 // headers, no exceptions, every function PLAIT_HOST_DEVICE.
 //
 // Conversion contract (the same on host and device):
-//   * toFloat() is exact (every format here is a subset of float).
+//   * toFloat() is exact (every format here is a subset of float); a
+//     signaling NaN comes back quiet (Half, Fp8E5M2, like F16C; BFloat16's
+//     toFloat is the plain bit shift).
 //   * fromFloat() rounds to nearest, ties to even, with correct subnormals.
 //   * NaN stays NaN: IEEE-like formats (Half, BFloat16, Fp8E5M2) keep the
 //     sign and the top payload bits and set the quiet bit (what x86 F16C's
@@ -138,7 +140,9 @@ PLAIT_HOST_DEVICE PLAIT_INLINE float decodeSmallFloat(uint32_t bits) {
                                     ((t << (F::kShift + 1)) & 0x7fffffu);
   uint32_t r = exp == 0 ? sub : normal;
   if constexpr (F::kIeee) {
-    r = exp == (1u << (F::kExp)) - 1 ? (0x7f800000u | (m << F::kShift)) : r;
+    // Inf, or NaN with its payload kept and the quiet bit set (as F16C does).
+    const uint32_t special = 0x7f800000u | (m << F::kShift) | (m != 0 ? 0x400000u : 0u);
+    r = exp == (1u << (F::kExp)) - 1 ? special : r;
   } else {
     r = a == F::kAbsMask ? 0x7fc00000u : r;
   }
