@@ -1,0 +1,123 @@
+// plait/comm.hpp — the C++ face of Plait: an RAII communicator with typed
+// operations over spans, returning Status.
+//
+// It is a thin layer over the C API in nccl.h (the same core serves both),
+// so anything done here can be done there and mixed with it. Example:
+//
+//   auto info = plait::detectLaunch();                  // plait-run, mpirun, torchrun, Slurm
+//   auto id = plait::launchUniqueId(*info, plait::Deadline::afterMs(60000));
+//   auto comm = plait::Comm::create(*id, info->nranks, info->rank);
+//   if (!comm) { fprintf(stderr, "%s\n", comm.status().toString().c_str()); return 1; }
+//   std::vector<float> grads(n);
+//   plait::Status s = comm->allReduce(std::span<float>(grads), ncclAvg);
+//
+// Thread safety: one thread at a time per Comm, except abort(), which any
+// thread may call. Blocking: with no stream, each operation returns when its
+// result is in the output; with a HostStream it returns at once and the
+// stream runs it in order.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "nccl.h"
+#include "plait/status.hpp"
+#include "plait/stream.hpp"
+
+namespace plait {
+
+// The ncclDataType_t of a C++ element type (integers and IEEE floats; use the
+// C API with raw buffers for fp16, bf16 and fp8).
+template <typename T> struct DataTypeFor;
+template <> struct DataTypeFor<int8_t> { static constexpr ncclDataType_t value = ncclInt8; };
+template <> struct DataTypeFor<uint8_t> { static constexpr ncclDataType_t value = ncclUint8; };
+template <> struct DataTypeFor<int32_t> { static constexpr ncclDataType_t value = ncclInt32; };
+template <> struct DataTypeFor<uint32_t> { static constexpr ncclDataType_t value = ncclUint32; };
+template <> struct DataTypeFor<int64_t> { static constexpr ncclDataType_t value = ncclInt64; };
+template <> struct DataTypeFor<uint64_t> { static constexpr ncclDataType_t value = ncclUint64; };
+template <> struct DataTypeFor<float> { static constexpr ncclDataType_t value = ncclFloat32; };
+template <> struct DataTypeFor<double> { static constexpr ncclDataType_t value = ncclFloat64; };
+
+// A Status from an ncclResult_t and the thread's last error message.
+inline Status statusFromNccl(ncclResult_t r, ncclComm_t comm = nullptr) {
+  if (r == ncclSuccess) return Status::ok();
+  return Status(static_cast<Code>(r), ncclGetLastError(comm));
+}
+
+class Comm {
+ public:
+  struct Options {
+    int maxChannels = -1;      // -1: library default
+    std::string name;          // shows in logs
+  };
+
+  // Collective over nranks ranks: blocks until all joined (PLAIT_TIMEOUT).
+  static Result<Comm> create(const ncclUniqueId& id, int nranks, int rank, const Options& options = {}) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    if (options.maxChannels > 0) config.maxCTAs = options.maxChannels;
+    if (!options.name.empty()) config.commName = options.name.c_str();
+    ncclComm_t handle = nullptr;
+    ncclResult_t r = ncclCommInitRankConfig(&handle, nranks, id, rank, &config);
+    if (r != ncclSuccess) return statusFromNccl(r);
+    return Comm(handle);
+  }
+
+  Comm(Comm&& other) noexcept : comm_(std::exchange(other.comm_, nullptr)) {}
+  Comm& operator=(Comm&& other) noexcept {
+    if (this != &other) {
+      reset();
+      comm_ = std::exchange(other.comm_, nullptr);
+    }
+    return *this;
+  }
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  ~Comm() { reset(); }
+
+  int rank() const { int r = -1; ncclCommUserRank(comm_, &r); return r; }
+  int size() const { int n = 0; ncclCommCount(comm_, &n); return n; }
+  // The C handle, to mix C calls with this object (still owned here).
+  ncclComm_t handle() const { return comm_; }
+
+  // out[i] = op over ranks of in[i]; in and out have the same size (or are
+  // the same span: in place).
+  template <typename T>
+  Status allReduce(std::span<const T> in, std::span<T> out, ncclRedOp_t op = ncclSum, HostStream* stream = nullptr) {
+    if (in.size() != out.size())
+      return invalidArgument("allReduce: input has " + std::to_string(in.size()) + " elements, output " +
+                             std::to_string(out.size()));
+    return statusFromNccl(
+        ncclAllReduce(in.data(), out.data(), in.size(), DataTypeFor<T>::value, op, comm_, streamOf(stream)), comm_);
+  }
+  template <typename T>
+  Status allReduce(std::span<T> inOut, ncclRedOp_t op = ncclSum, HostStream* stream = nullptr) {
+    return allReduce(std::span<const T>(inOut), inOut, op, stream);
+  }
+
+  // Unblocks every wait of this communicator and frees it (any thread).
+  Status abort() {
+    ncclResult_t r = ncclCommAbort(comm_);
+    comm_ = nullptr;
+    return statusFromNccl(r);
+  }
+  // The error that broke the communicator, if any.
+  Status asyncError() const {
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
+    if (r != ncclSuccess) return statusFromNccl(r, comm_);
+    return statusFromNccl(async, comm_);
+  }
+
+ private:
+  explicit Comm(ncclComm_t comm) : comm_(comm) {}
+  static cudaStream_t streamOf(HostStream* s) { return s ? s->handle() : nullptr; }
+  void reset() {
+    if (comm_) ncclCommDestroy(comm_);
+    comm_ = nullptr;
+  }
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace plait
