@@ -3,7 +3,9 @@
 // 2-5x with core placement on shared machines, so compare ratios).
 //
 //   BM_CacheLinePingPong       reference: one cache line handed back and forth (round trip)
-//   BM_FifoRoundTrip/<bytes>   a step there and its echo back through a second FIFO
+//   BM_FifoRoundTrip/<bytes>/<noSpin>
+//                              a step there and its echo back through a second FIFO;
+//                              noSpin=1 waits as when oversubscribed (yield, then futex)
 //   BM_Memcpy/<bytes>          reference: single-thread memcpy of one step, in cache
 //   BM_FifoStream/<stepBytes>  the sender copies each step in, the receiver copies it out
 //
@@ -58,11 +60,13 @@ class ScopedPin {
   cpu_set_t saved_;
 };
 
-// One FIFO in its own shared segment with a wait context for each end.
+// One FIFO in its own shared segment with a wait context for both ends.
 struct Fifo {
-  explicit Fifo(FifoShape s) : shape(s), segment(std::move(SharedSegment::create(s.totalBytes()).value())) {
+  explicit Fifo(FifoShape s, bool noSpin = false)
+      : shape(s), segment(std::move(SharedSegment::create(s.totalBytes()).value())) {
     ctx.deadline = Deadline::afterMs(600000);
     ctx.what = "bench";
+    ctx.oversubscribed = noSpin;
   }
   FifoShape shape;
   SharedSegment segment;
@@ -105,7 +109,8 @@ void BM_FifoRoundTrip(benchmark::State& state) {
   auto [cpuA, cpuB] = twoCpus();
   ScopedPin pin(cpuA);
   FifoShape shape{8, std::max<size_t>(bytes, 64)};
-  Fifo there(shape), back(shape);
+  const bool noSpin = state.range(1) != 0;
+  Fifo there(shape, noSpin), back(shape, noSpin);
   std::thread echo([&, cpu = cpuB] {
     pinThisThread(cpu);
     FifoReceiver in = there.receiver();
@@ -141,7 +146,12 @@ void BM_FifoRoundTrip(benchmark::State& state) {
   echo.join();
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes) * 2);
 }
-BENCHMARK(BM_FifoRoundTrip)->Arg(8)->Arg(1024)->Arg(4096)->UseRealTime();
+BENCHMARK(BM_FifoRoundTrip)
+    ->Args({8, 0})
+    ->Args({1024, 0})
+    ->Args({4096, 0})
+    ->Args({8, 1})
+    ->UseRealTime();
 
 void BM_Memcpy(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(state.range(0));

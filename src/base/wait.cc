@@ -18,7 +18,7 @@
 
 namespace plait {
 
-PLAIT_PARAM_INT(kWaitSpin, "WAIT_SPIN", 2000,
+PLAIT_PARAM_INT(kWaitSpin, "WAIT_SPIN", 1000,
                 "pause-instruction polls before a waiting rank starts yielding (ignored when oversubscribed)");
 PLAIT_PARAM_INT(kWaitYield, "WAIT_YIELD", 64, "sched_yield polls before a waiting rank sleeps on a futex");
 

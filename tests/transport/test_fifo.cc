@@ -14,7 +14,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "base/config.h"
 #include "base/shm.h"
@@ -172,6 +174,32 @@ TEST_CASE("oversubscribed mode streams correctly without spinning", "[fifo]") {
   FifoFixture f({4, 1024});
   f.sendCtx.oversubscribed = f.recvCtx.oversubscribed = true;
   streamBetweenThreads(f, 20000);
+}
+
+TEST_CASE("four FIFO pairs at once, more threads than cores", "[fifo]") {
+  constexpr int kPairs = 4;
+  std::vector<std::unique_ptr<FifoFixture>> fifos;
+  for (int i = 0; i < kPairs; ++i) {
+    fifos.push_back(std::make_unique<FifoFixture>(FifoShape{4, 512}));
+    fifos.back()->sendCtx.oversubscribed = fifos.back()->recvCtx.oversubscribed = hostOversubscribed(2 * kPairs);
+  }
+  std::vector<Status> results(2 * kPairs);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kPairs; ++i) {
+    threads.emplace_back([&, i] {
+      FifoSender sender = fifos[i]->sender();
+      results[2 * i] = sendSteps(sender, 0, 5000);
+    });
+    threads.emplace_back([&, i] {
+      FifoReceiver receiver = fifos[i]->receiver();
+      results[2 * i + 1] = receiveSteps(receiver, 0, 5000);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const Status& r : results) {
+    INFO(r.toString());
+    CHECK(r.isOk());
+  }
 }
 
 TEST_CASE("futex-only waiting streams correctly across the 32-bit futex word wrap", "[fifo]") {
