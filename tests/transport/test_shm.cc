@@ -138,7 +138,7 @@ TEST_CASE("cleanupStaleSegments removes a dead creator's segment and keeps live 
 
   auto mine = SharedSegment::create(4096);
   REQUIRE(mine.isOk());
-  CHECK(cleanupStaleSegments() >= 1);
+  cleanupStaleSegments();  // the count may be 0 if a concurrent process cleaned up first
   CHECK_FALSE(existsInDevShm(stale));
   CHECK(existsInDevShm(mine->name()));
 }
