@@ -25,7 +25,7 @@
 
 #include "nccl.h"
 #include "plait/status.hpp"
-#include "base/clock.h"
+#include "plait/clock.hpp"
 
 namespace plait {
 
@@ -66,7 +66,8 @@ Result<LaunchInfo> detectLaunch();
 //     become NCCL_COMM_ID.
 //   mpirun without NCCL_COMM_ID: rank 0 calls ncclGetUniqueId and publishes the
 //     id in /tmp/plait-<jobid>-<uid>.id (written atomically, mode 0600); the
-//     others poll for it until `deadline`. The job id is OMPI_MCA_ess_base_jobid
+//     others poll for it until `deadline`; rank 0 removes the file when its
+//     process exits normally. The job id is OMPI_MCA_ess_base_jobid
 //     or PMIX_NAMESPACE. This works on a single host only: multi-host mpirun
 //     jobs must export NCCL_COMM_ID=<host of rank 0>:<port> (mpirun -x).
 //   none: ncclGetUniqueId (a single rank needs no rendezvous).

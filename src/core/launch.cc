@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -207,6 +208,21 @@ int64_t processStartUnixNs() {
   return now.tv_sec * 1000000000LL + now.tv_nsec - uptimeNs + sinceBootNs;
 }
 
+// Rank 0 removes its id files when its process exits normally: a rank that
+// finished never leaves peers still waiting for the file (they joined its
+// communicator). A crash leaves the file; readers skip it as stale.
+void removeAtExit(const std::string& path) {
+  static std::mutex mu;
+  static auto* paths = new std::vector<std::string>();  // leaked: used by the atexit handler
+  std::lock_guard<std::mutex> lock(mu);
+  if (paths->empty())
+    std::atexit([] {
+      std::lock_guard<std::mutex> exitLock(mu);
+      for (const std::string& p : *paths) ::unlink(p.c_str());
+    });
+  paths->push_back(path);
+}
+
 Result<ncclUniqueId> mpirunFileUniqueId(const LaunchInfo& info, Deadline deadline) {
   const char* jobName = envOrNull("OMPI_MCA_ess_base_jobid") ? "OMPI_MCA_ess_base_jobid" : "PMIX_NAMESPACE";
   const char* job = envOrNull(jobName);
@@ -218,6 +234,7 @@ Result<ncclUniqueId> mpirunFileUniqueId(const LaunchInfo& info, Deadline deadlin
   if (info.rank == 0) {
     PLAIT_ASSIGN_OR_RETURN(ncclUniqueId id, callGetUniqueId());
     PLAIT_RETURN_IF_ERROR(launch_detail::publishIdFile(path, id));
+    removeAtExit(path);
     return id;
   }
   int64_t startNs = processStartUnixNs();
