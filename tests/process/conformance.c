@@ -1,0 +1,53 @@
+/* Compiled against NVIDIA's nccl.h (CUDA toolkit) as C, linked against
+ * Plait's libnccl.so.2: the drop-in check. Forks N ranks, each runs
+ * AllReduce (sum of floats, avg of ints, in place) and queries, and checks
+ * the results. Usage: conformance N */
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define COUNT 100003
+
+static int rankMain(int rank, int nranks, ncclUniqueId id) {
+  ncclComm_t comm;
+  int n = 0, r = -1, version = 0;
+  float* buf = malloc(COUNT * sizeof(float));
+  int* ints = malloc(COUNT * sizeof(int));
+  if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) return 10;
+  if (ncclCommCount(comm, &n) != ncclSuccess || n != nranks) return 11;
+  if (ncclCommUserRank(comm, &r) != ncclSuccess || r != rank) return 12;
+  if (ncclGetVersion(&version) != ncclSuccess || version != NCCL_VERSION_CODE) return 13;
+  for (int i = 0; i < COUNT; ++i) {
+    buf[i] = (float)(rank + 1) * (float)(i % 13);
+    ints[i] = rank * 4 + i % 5;
+  }
+  if (ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, comm, NULL) != ncclSuccess) return 14;
+  if (ncclAllReduce(ints, ints, COUNT, ncclInt32, ncclAvg, comm, NULL) != ncclSuccess) return 15;
+  for (int i = 0; i < COUNT; ++i) {
+    if (buf[i] != (float)(nranks * (nranks + 1) / 2) * (float)(i % 13)) return 16;
+    if (ints[i] != (4 * nranks * (nranks - 1) / 2 + nranks * (i % 5)) / nranks) return 17;
+  }
+  if (ncclCommDestroy(comm) != ncclSuccess) return 18;
+  free(buf);
+  free(ints);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  int nranks = argc > 1 ? atoi(argv[1]) : 2;
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
+  for (int r = 1; r < nranks; ++r)
+    if (fork() == 0) _exit(rankMain(r, nranks, id));
+  int rc = rankMain(0, nranks, id);
+  for (int r = 1; r < nranks; ++r) {
+    int status = 0;
+    wait(&status);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = rc ? rc : 100 + WEXITSTATUS(status);
+  }
+  printf("conformance: %d ranks via NVIDIA's nccl.h and Plait's libnccl.so.2: %s (%d)\n", nranks,
+         rc == 0 ? "OK" : "FAILED", rc);
+  return rc;
+}
