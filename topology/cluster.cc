@@ -42,34 +42,64 @@ Result<Cluster> loadCluster(const std::string& path, int hosts) {
   return c;
 }
 
+Result<CommGraphs> assembleGpuGraphs(const std::vector<NodeGraph>& hostGraphs,
+                                     const std::vector<std::vector<int>>& hostRanks) {
+  if (hostGraphs.empty() || hostGraphs.size() != hostRanks.size()) {
+    return invalidArgument("assembleGpuGraphs: need one graph and one rank list per host");
+  }
+  size_t nChannels = SIZE_MAX;
+  double bw = 1e30;
+  for (const NodeGraph& g : hostGraphs) {
+    nChannels = std::min(nChannels, g.channels.size());
+    bw = std::min(bw, g.speedIntra);
+  }
+  if (nChannels == 0) return invalidArgument("assembleGpuGraphs: a host has no channel");
+  std::vector<std::vector<std::vector<int>>> orders(nChannels);
+  for (size_t c = 0; c < nChannels; ++c) {
+    for (size_t h = 0; h < hostGraphs.size(); ++h) {
+      std::vector<int> host;
+      for (int g : hostGraphs[h].channels[c].gpus) {
+        if (g < 0 || g >= static_cast<int>(hostRanks[h].size())) {
+          return invalidArgument("assembleGpuGraphs: host " + std::to_string(h) + " has no rank for GPU " + std::to_string(g));
+        }
+        host.push_back(hostRanks[h][g]);
+      }
+      orders[c].push_back(std::move(host));
+    }
+  }
+  PLAIT_ASSIGN_OR_RETURN(CommGraphs graphs, assembleGraphs(orders));
+  graphs.ringBw = graphs.treeBw = bw;
+  if (log::enabled(log::Level::kInfo, log::kInit)) {
+    std::string text = graphs.describe();
+    size_t pos = 0;
+    for (size_t nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+      PLAIT_INFO(kInit, "%s", text.substr(pos, nl - pos).c_str());
+    }
+  }
+  return graphs;
+}
+
 Result<ClusterGraphs> computeClusterGraphs(const Cluster& cluster) {
   ClusterGraphs out;
   const bool multiNode = cluster.hosts() > 1;
-  size_t nChannels = SIZE_MAX;
-  double bw = 1e30;
   for (const TopoSystem& sys : cluster.systems) {
     if (sys.count(NodeType::kGpu) == 0) return invalidUsage("a host has no GPU: use buildHostGraphs for host ranks");
     out.paths.emplace_back(sys, pathOptionsFromEnv(sys));
     PLAIT_ASSIGN_OR_RETURN(NodeGraphs graphs, computeNodeGraphs(sys, out.paths.back(), multiNode));
     if (graphs.ring.channels.empty()) return internalError("graph search found no channel");
-    nChannels = std::min(nChannels, graphs.ring.channels.size());
-    bw = std::min(bw, graphs.ring.speedIntra);
     out.perSystem.push_back(std::move(graphs));
   }
-  std::vector<int> offset(cluster.hosts() + 1, 0);
-  for (int h = 0; h < cluster.hosts(); ++h) offset[h + 1] = offset[h] + cluster.host(h).count(NodeType::kGpu);
-  std::vector<std::vector<std::vector<int>>> orders(nChannels);
-  for (size_t c = 0; c < nChannels; ++c) {
-    for (int h = 0; h < cluster.hosts(); ++h) {
-      const NodeGraph& tree = out.perSystem[cluster.hostSystem[h]].tree;
-      std::vector<int> host;
-      for (int g : tree.channels[c].gpus) host.push_back(offset[h] + g);
-      orders[c].push_back(std::move(host));
-    }
+  // Ranks host by host, GPU ordinal order inside; chains follow the tree graph.
+  std::vector<NodeGraph> hostGraphs;
+  std::vector<std::vector<int>> hostRanks;
+  int next = 0;
+  for (int h = 0; h < cluster.hosts(); ++h) {
+    hostGraphs.push_back(out.perSystem[cluster.hostSystem[h]].tree);
+    std::vector<int> ranks(cluster.host(h).count(NodeType::kGpu));
+    for (int& r : ranks) r = next++;
+    hostRanks.push_back(std::move(ranks));
   }
-  PLAIT_ASSIGN_OR_RETURN(out.comm, assembleGraphs(orders));
-  out.comm.ringBw = bw;
-  out.comm.treeBw = bw;
+  PLAIT_ASSIGN_OR_RETURN(out.comm, assembleGpuGraphs(hostGraphs, hostRanks));
   return out;
 }
 

@@ -51,14 +51,24 @@ std::string toDot(const TopoSystem& sys, const NodeGraph& graph, const DotOption
     if (n.type == NodeType::kCpu) label += "\\n" + n.cpu.vendor;
     out << "  n" << i << " [label=\"" << label << "\", fillcolor=\"" << fill(n.type) << "\"];\n";
   }
+  // CPUs on top; PCIe edges (drawn top-down) place everything else below.
+  out << "  { rank=same;";
+  for (int i : sys.of(NodeType::kCpu)) out << " n" << i << ";";
+  out << " }\n";
   std::set<std::pair<int, int>> drawn;
   char bw[32];
   for (const TopoLink& l : sys.links) {
     auto key = std::minmax(l.from, l.to);
     if (!drawn.insert(key).second) continue;
     std::snprintf(bw, sizeof bw, "%s %.0f", linkTypeName(l.type), l.bw);
-    out << "  n" << l.from << " -> n" << l.to << " [dir=none, color=\"" << linkColor(l.type) << "\", label=\"" << bw
-        << "\"" << (l.type == LinkType::kNvl ? ", penwidth=2" : "") << "];\n";
+    // PCIe and network links shape the layout; NVLink and SYS edges do not.
+    bool shapes = l.type == LinkType::kPci || l.type == LinkType::kNet;
+    int from = l.from, to = l.to;
+    if (shapes && sys.nodes[to].type == NodeType::kCpu) std::swap(from, to);  // top-down
+    if (shapes && sys.nodes[from].type == NodeType::kNet) std::swap(from, to);
+    if (shapes && sys.nodes[from].type != NodeType::kCpu && sys.nodes[to].type == NodeType::kPci) std::swap(from, to);
+    out << "  n" << from << " -> n" << to << " [dir=none, color=\"" << linkColor(l.type) << "\", label=\"" << bw
+        << "\"" << (l.type == LinkType::kNvl ? ", penwidth=2" : "") << (shapes ? "" : ", constraint=false") << "];\n";
   }
   const std::vector<int>& gpus = sys.of(NodeType::kGpu);
   const std::vector<int>& nets = sys.of(NodeType::kNet);

@@ -90,6 +90,12 @@ Result<CommGraphs> assembleGraphs(const std::vector<std::vector<std::vector<int>
 std::vector<int> doubleBinaryTreeParents(int n, bool mirror);
 
 // ---- GPU hosts -------------------------------------------------------------
+//
+// Flow for GPU ranks: every rank calls loadLocalSystem(), builds a PathTable,
+// and computeNodeGraphs() (identical hosts find identical graphs; NCCL's
+// graph file pins them). The communicator allgathers each host's ring graph
+// (channel GPU orders, a few hundred bytes) with the global rank of each of
+// its GPUs, then every rank calls assembleGpuGraphs() on the same inputs.
 
 // This host's system: NCCL_TOPO_FILE when set (detection completes it: nodes
 // it lacks are added, attributes it lacks are filled), otherwise detection;
@@ -106,5 +112,14 @@ struct NodeGraphs {
 // (validated against the system), otherwise searched; written to
 // NCCL_GRAPH_DUMP_FILE when set. `multiNode` asks for NIC-terminated channels.
 Result<NodeGraphs> computeNodeGraphs(const TopoSystem& system, const PathTable& paths, bool multiNode);
+
+// Joins per-host graphs into global rings and trees. hostGraphs[h] is host
+// h's graph (hosts in ring order), hostRanks[h][g] the global rank driving
+// GPU ordinal g of host h. Channel c of the result is channel c of every host
+// (the fewest channels any host has); ringBw/treeBw are the slowest host's
+// per-channel speed. Logs the result at INFO (INIT). InvalidArgument when a
+// channel names a GPU without a rank or ranks repeat.
+Result<CommGraphs> assembleGpuGraphs(const std::vector<NodeGraph>& hostGraphs,
+                                     const std::vector<std::vector<int>>& hostRanks);
 
 }  // namespace plait::topo

@@ -179,3 +179,21 @@ TEST_CASE("GPU clusters: global rings per channel, trees of depth about log2(hos
     CHECK(graphs->comm.ringBw == Approx(ring.speedIntra));
   }
 }
+
+TEST_CASE("assembleGpuGraphs maps GPU ordinals to the ranks each host reported", "[topology][cluster]") {
+  NodeGraph a, b;
+  a.speedIntra = 40;
+  b.speedIntra = 20;
+  a.channels = {{0, {1, 0}, 0}, {1, {0, 1}, 1}};
+  b.channels = {{0, {0, 1}, 0}};
+  // Host 0 drives ranks 3 and 1, host 1 ranks 0 and 2 (a launcher's order).
+  auto graphs = assembleGpuGraphs({a, b}, {{3, 1}, {0, 2}});
+  REQUIRE(graphs.isOk());
+  REQUIRE(graphs->rings.size() == 1);  // the fewest any host has
+  CHECK(graphs->rings[0] == std::vector<int>{1, 3, 0, 2});
+  CHECK(graphs->ringBw == Approx(20));
+  CHECK(graphs->trees[0].root == 1);
+  CHECK(graphs->trees[0].nodes[0].up == 1);
+  CHECK_FALSE(assembleGpuGraphs({a, b}, {{3}, {0, 2}}).isOk());
+  CHECK_FALSE(assembleGpuGraphs({a, b}, {{3, 1}, {3, 2}}).isOk());
+}

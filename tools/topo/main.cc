@@ -29,6 +29,7 @@ struct Flags {
   int ranksPerNode = 0;
   int nodes = 0;  // 0: what the file says, else 1
   int channels = 2;
+  int dotChannels = 4;
   bool quiet = false;
 };
 
@@ -68,7 +69,7 @@ Status runGpus(const Cluster& cluster, const Flags& f) {
   if (!f.graphDump.empty()) PLAIT_RETURN_IF_ERROR(writeXmlFile(f.graphDump, graphsToXml(sys, {g.ring, g.tree})));
   if (!f.dot.empty()) {
     std::string title = f.topoFile.empty() ? "this host" : f.topoFile;
-    PLAIT_RETURN_IF_ERROR(writeText(f.dot, toDot(sys, g.ring, {8, title + ": ring channels"})));
+    PLAIT_RETURN_IF_ERROR(writeText(f.dot, toDot(sys, g.ring, {f.dotChannels, title + ": " + std::to_string(f.dotChannels) + " of " + std::to_string(g.ring.channels.size()) + " ring channels"})));
   }
   return Status::ok();
 }
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
   app.add_option("--graph-dump", f.graphDump, "write the ring and tree graph XML here");
   app.add_option("--graph-file", f.graphFile, "read graphs from this graph XML instead of searching");
   app.add_option("--dot", f.dot, "write a Graphviz picture of the machine with its rings here");
+  app.add_option("--dot-channels", f.dotChannels, "ring channels drawn in the --dot picture")->check(CLI::Range(0, 64));
   app.add_flag("--quiet", f.quiet, "do not print every rank of every ring and tree");
   CLI11_PARSE(app, argc, argv);
   plait::Status status = run(f);
