@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -98,9 +99,9 @@ std::string rankList(const std::vector<int>& ranks) {
 
 // ---- root threads ---------------------------------------------------------------
 
-// Owns the root threads of this process so exit() joins them (after asking
-// them to stop) instead of tearing down state they still use. Constructed
-// after the logger so it is destroyed before it.
+// Tracks the root threads of this process (detached) so exit() can ask them
+// to stop and wait for them instead of tearing down state they still use.
+// Constructed after the logger, so destroyed before it.
 class RootRegistry {
  public:
   static RootRegistry& instance() {
@@ -109,51 +110,36 @@ class RootRegistry {
     return registry;
   }
 
-  // Runs body(stopFlag) on a new thread. Fails only if no thread can be made.
+  // Runs body(stopFlag) on a new detached thread. Fails only if no thread can be made.
   Status start(std::function<void(const std::atomic<uint32_t>*)> body) {
     std::lock_guard<std::mutex> lock(mu_);
-    reapLocked();
-    auto done = std::make_shared<std::atomic<bool>>(false);
     try {
-      std::thread t([this, done, body = std::move(body)] {
+      std::thread([this, body = std::move(body)]() mutable {
         body(&stop_);
-        done->store(true, std::memory_order_release);
-      });
-      entries_.push_back({std::move(t), done});
+        body = nullptr;  // release everything it holds before saying we are done
+        std::lock_guard<std::mutex> doneLock(mu_);
+        --running_;
+        done_.notify_all();  // under the lock: the registry may be destroyed once it is released
+      }).detach();
     } catch (const std::system_error& e) {
       return Status(Code::kSystemError, std::string("cannot start the bootstrap root thread: ") + e.what());
     }
+    ++running_;
     return Status::ok();
   }
 
   ~RootRegistry() {
     stop_.store(1, std::memory_order_release);
-    std::lock_guard<std::mutex> lock(mu_);
-    for (Entry& e : entries_) {
-      // A forked child inherited these objects but not the threads: leak them.
-      if (::getpid() != pid_) new std::thread(std::move(e.thread));
-      else if (e.thread.joinable()) e.thread.join();
-    }
+    // A forked child inherited the count but not the threads.
+    if (::getpid() != pid_) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [this] { return running_ == 0; });
   }
 
  private:
-  struct Entry {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  void reapLocked() {
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      if (it->done->load(std::memory_order_acquire) && ::getpid() == pid_) {
-        it->thread.join();
-        it = entries_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-
   std::mutex mu_;
-  std::vector<Entry> entries_;
+  std::condition_variable done_;
+  int running_ = 0;
   std::atomic<uint32_t> stop_{0};
   pid_t pid_ = ::getpid();
 };

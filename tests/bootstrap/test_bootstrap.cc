@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
@@ -46,16 +47,28 @@ void runThreads(int n, const std::function<void(int)>& fn) {
   for (auto& t : threads) t.join();
 }
 
-// Creates nranks bootstraps, one thread per rank; REQUIREs success.
-Bootstraps createAll(const ncclUniqueId& id, int nranks, BootstrapOptions options = {}) {
-  Bootstraps out(static_cast<size_t>(nranks));
+// Creates nranks bootstraps, one thread per rank. Asserts nothing, so it may
+// run on any thread; returns each rank's status.
+std::vector<Status> tryCreateAll(const ncclUniqueId& id, int nranks, Bootstraps* out, BootstrapOptions options = {}) {
+  out->clear();
+  out->resize(static_cast<size_t>(nranks));
   std::vector<Status> st(static_cast<size_t>(nranks));
   runThreads(nranks, [&](int r) {
     auto bs = Bootstrap::create(id, r, nranks, options);
-    if (bs.isOk()) out[static_cast<size_t>(r)] = std::move(bs.value());
+    if (bs.isOk()) (*out)[static_cast<size_t>(r)] = std::move(bs.value());
     else st[static_cast<size_t>(r)] = bs.takeStatus();
   });
-  for (auto& s : st) REQUIRE(s.toString() == "Success");
+  return st;
+}
+
+bool allOk(const std::vector<Status>& st) {
+  return std::all_of(st.begin(), st.end(), [](const Status& s) { return s.isOk(); });
+}
+
+// As tryCreateAll, on the test's thread; REQUIREs success.
+Bootstraps createAll(const ncclUniqueId& id, int nranks, BootstrapOptions options = {}) {
+  Bootstraps out;
+  for (auto& s : tryCreateAll(id, nranks, &out, options)) REQUIRE(s.toString() == "Success");
   return out;
 }
 
@@ -112,14 +125,17 @@ std::string exercise(Bootstrap& bs) {
   return "";
 }
 
-void exerciseAll(Bootstraps& all) {
+// Runs exercise() on every rank at once; returns "" or the first failure.
+std::string exerciseErrors(Bootstraps& all) {
   std::vector<std::string> errors(all.size());
-  runThreads(static_cast<int>(all.size()), [&](int r) { errors[static_cast<size_t>(r)] = exercise(*all[static_cast<size_t>(r)]); });
-  for (size_t r = 0; r < errors.size(); ++r) {
-    INFO("rank " << r);
-    CHECK(errors[r] == "");
-  }
+  runThreads(static_cast<int>(all.size()),
+             [&](int r) { errors[static_cast<size_t>(r)] = exercise(*all[static_cast<size_t>(r)]); });
+  for (size_t r = 0; r < errors.size(); ++r)
+    if (!errors[r].empty()) return "rank " + std::to_string(r) + ": " + errors[r];
+  return "";
 }
+
+void exerciseAll(Bootstraps& all) { CHECK(exerciseErrors(all) == ""); }
 
 int64_t msSince(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
@@ -203,15 +219,19 @@ TEST_CASE("N ranks as threads: create, allGather, barrier, tagged send/recv", "[
 TEST_CASE("Several bootstraps run concurrently and in sequence in one process", "[bootstrap]") {
   ncclUniqueId idA = makeId(), idB = makeId();
   Bootstraps a, b;
-  std::thread ta([&] { a = createAll(idA, 3); });
-  std::thread tb([&] { b = createAll(idB, 4); });
+  std::vector<Status> stA, stB;
+  std::string errA, errB;
+  std::thread ta([&] {
+    stA = tryCreateAll(idA, 3, &a);
+    if (allOk(stA)) errA = exerciseErrors(a);
+  });
+  stB = tryCreateAll(idB, 4, &b);
+  if (allOk(stB)) errB = exerciseErrors(b);
   ta.join();
-  tb.join();
-  REQUIRE(a.size() == 3);
-  REQUIRE(b.size() == 4);
-  std::thread ea([&] { exerciseAll(a); });
-  exerciseAll(b);
-  ea.join();
+  for (auto& s : stA) CHECK(s.toString() == "Success");
+  for (auto& s : stB) CHECK(s.toString() == "Success");
+  CHECK(errA == "");
+  CHECK(errB == "");
   for (int i = 0; i < 5; ++i) {
     Bootstraps s = createAll(makeId(), 2);
     exerciseAll(s);
