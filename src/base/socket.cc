@@ -451,8 +451,11 @@ Result<SocketAddress> chooseInterfaceAddress() {
     return invalidArgument("no network interface matches NCCL_SOCKET_IFNAME=\"" + ifname +
                            "\" NCCL_SOCKET_FAMILY=\"" + kSocketFamily.get() + "\" (up: " + names + ")");
   }
-  PLAIT_INFO(kNet, "out-of-band interface %s %s", chosen.front().name.c_str(),
-             chosen.front().addr.hostString().c_str());
+  // Said once per process: every communicator asks, and the answer rarely changes.
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    PLAIT_INFO(kNet, "out-of-band interface %s %s (NCCL_SOCKET_IFNAME=\"%s\")", chosen.front().name.c_str(),
+               chosen.front().addr.hostString().c_str(), ifname.c_str());
   return chosen.front().addr;
 }
 

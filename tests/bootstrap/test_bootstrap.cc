@@ -256,6 +256,29 @@ TEST_CASE("NCCL_COMM_ID: every process computes the same id; rank 0 hosts the ro
   config::resetAll();
 }
 
+TEST_CASE("NCCL_SOCKET_FAMILY=AF_INET6 bootstraps over IPv6; a bad NCCL_SOCKET_IFNAME is reported", "[bootstrap]") {
+  setenv("NCCL_SOCKET_FAMILY", "AF_INET6", 1);
+  config::resetAll();
+  auto v6 = net::chooseInterfaceAddress();
+  if (v6.isOk()) {
+    ncclUniqueId id = makeId();
+    CHECK(decodeUniqueId(id)->root.family() == AF_INET6);
+    Bootstraps all = createAll(id, 3);
+    CHECK(all[1]->peer(2).listenAddr.family() == AF_INET6);
+    exerciseAll(all);
+  } else {
+    WARN("no IPv6 interface here: " << v6.status().toString());
+  }
+  unsetenv("NCCL_SOCKET_FAMILY");
+  setenv("NCCL_SOCKET_IFNAME", "=no-such-interface", 1);
+  config::resetAll();
+  auto none = createUniqueId();
+  unsetenv("NCCL_SOCKET_IFNAME");
+  config::resetAll();
+  REQUIRE_FALSE(none.isOk());
+  CHECK(none.status().message().find("no-such-interface") != std::string::npos);
+}
+
 TEST_CASE("A rank that never arrives: the others fail by the deadline, naming it", "[bootstrap][fault]") {
   ncclUniqueId id = makeId();
   BootstrapOptions o;
