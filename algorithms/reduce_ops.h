@@ -45,17 +45,27 @@ struct RedOp {
 
 // ---- element <-> accumulation type ----------------------------------------
 
+// load/store convert between an element and its accumulator. Storage is a
+// scalar with the element's bits: kernels read and write memory as Storage
+// (loadBits/storeBits), because GCC does not vectorize loops that copy
+// structs element by element.
 template <class T> struct EltTraits {
   static_assert(std::is_arithmetic_v<T>, "no EltTraits for this type");
   using Acc = T;
+  using Storage = T;
   PLAIT_HOST_DEVICE PLAIT_INLINE static Acc load(T x) { return x; }
   PLAIT_HOST_DEVICE PLAIT_INLINE static T store(Acc x) { return x; }
+  PLAIT_HOST_DEVICE PLAIT_INLINE static Acc loadBits(Storage x) { return x; }
+  PLAIT_HOST_DEVICE PLAIT_INLINE static Storage storeBits(Acc x) { return x; }
 };
 
 template <class T> struct SmallFloatEltTraits {
   using Acc = float;
+  using Storage = decltype(T::bits);
   PLAIT_HOST_DEVICE PLAIT_INLINE static Acc load(T x) { return x.toFloat(); }
   PLAIT_HOST_DEVICE PLAIT_INLINE static T store(Acc x) { return T::fromFloat(x); }
+  PLAIT_HOST_DEVICE PLAIT_INLINE static Acc loadBits(Storage x) { return T{x}.toFloat(); }
+  PLAIT_HOST_DEVICE PLAIT_INLINE static Storage storeBits(Acc x) { return T::fromFloat(x).bits; }
 };
 template <> struct EltTraits<Half> : SmallFloatEltTraits<Half> {};
 template <> struct EltTraits<BFloat16> : SmallFloatEltTraits<BFloat16> {};
