@@ -6,6 +6,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "core/bootstrap.h"
+#include "core/group.h"
 
 using plait::Status;
 using namespace plait::api;
@@ -72,6 +73,15 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, nc
   shell->nranks = nranks;
   shell->blocking = options.blocking;
   shell->impl = std::make_unique<plait::Communicator>(rank, nranks);
+  if (plait::group::active()) {  // created at the outermost ncclGroupEnd, with the group's other ranks
+    shell->initState.store(1, std::memory_order_release);
+    plait::group::deferInit([shell, id, options] {
+      initShell(shell, id, options);
+      return shell->initState.load() == 2 ? shell->initError : Status::ok();
+    });
+    *out = shell;
+    return ncclSuccess;
+  }
   if (!options.blocking) {
     shell->initState.store(1, std::memory_order_release);
     shell->initThread = std::thread(initShell, shell, id, options);

@@ -8,6 +8,7 @@ namespace {
 struct ThreadGroup {
   int depth = 0;
   std::vector<PendingOp> ops;
+  std::vector<std::function<Status()>> inits;
   Status firstError;
 };
 
@@ -22,6 +23,20 @@ const std::vector<PendingOp>& pending() { return tls.ops; }
 
 void enqueue(Communicator* comm, const Task& task) { tls.ops.push_back(PendingOp{comm, task}); }
 
+void deferInit(std::function<Status()> init) { tls.inits.push_back(std::move(init)); }
+
+namespace {
+Status runInits(std::vector<std::function<Status()>>& inits) {
+  std::vector<Status> results(inits.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < inits.size(); ++i) threads.emplace_back([&, i] { results[i] = inits[i](); });
+  for (auto& t : threads) t.join();
+  for (auto& r : results)
+    if (!r.isOk()) return r;
+  return Status::ok();
+}
+}  // namespace
+
 void recordError(const Status& status) {
   if (tls.firstError.isOk()) tls.firstError = status;
 }
@@ -31,8 +46,14 @@ Status end(const std::function<Status(Communicator*, std::vector<Task>&)>& run) 
   if (--tls.depth > 0) return Status::ok();
   std::vector<PendingOp> ops = std::move(tls.ops);
   tls.ops.clear();
+  std::vector<std::function<Status()>> inits = std::move(tls.inits);
+  tls.inits.clear();
   Status first = std::move(tls.firstError);
   tls.firstError = Status();
+  if (!inits.empty()) {
+    Status s = runInits(inits);
+    if (first.isOk()) first = s;
+  }
   if (!first.isOk()) return first;  // NCCL launches nothing from a group with a bad call
 
   // Per communicator, in order of first appearance.

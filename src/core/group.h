@@ -32,6 +32,10 @@ void start();
 // error of the group, including errors recorded by recordError.
 Status end(const std::function<Status(Communicator*, std::vector<Task>&)>& run);
 void enqueue(Communicator* comm, const Task& task);
+// Defers a communicator creation to the outermost End, where all deferred
+// creations of the group run concurrently (one thread each) before any
+// operation: NCCL lets one thread create several ranks inside a group.
+void deferInit(std::function<Status()> init);
 // Remembers an argument error of a call inside the group; End reports it.
 void recordError(const Status& status);
 // Operations pending on this thread (ncclGroupSimulateEnd).

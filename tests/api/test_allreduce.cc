@@ -10,6 +10,7 @@
 
 #include "harness.h"
 #include "values.h"
+#include "plait/stream.hpp"
 
 using namespace plait_test;
 
@@ -150,4 +151,44 @@ TEST_CASE("ncclCommInitAll: ranks as threads of one process, driven from one thr
     CHECK(dev == -1);
     CHECK(ncclCommDestroy(comms[r]) == ncclSuccess);
   }
+}
+
+TEST_CASE("One thread creates several ranks inside a group", "[init][group]") {
+  const int n = 3;
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t comms[n];
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  for (int r = 0; r < n; ++r) REQUIRE(ncclCommInitRank(&comms[r], n, id, r) == ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  std::vector<std::vector<double>> bufs(n, std::vector<double>(333));
+  for (int r = 0; r < n; ++r)
+    for (int i = 0; i < 333; ++i) bufs[r][i] = r + i;
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  for (int r = 0; r < n; ++r)
+    REQUIRE(ncclAllReduce(bufs[r].data(), bufs[r].data(), 333, ncclFloat64, ncclMax, comms[r], nullptr) ==
+            ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  for (int r = 0; r < n; ++r)
+    for (int i = 0; i < 333; ++i) REQUIRE(bufs[r][i] == n - 1 + i);
+  for (int r = 0; r < n; ++r) CHECK(ncclCommDestroy(comms[r]) == ncclSuccess);
+}
+
+TEST_CASE("Host streams run operations asynchronously and in order", "[stream]") {
+  auto failures = runThreads(2, [](int rank, ncclComm_t comm) -> std::string {
+    plait::HostStream stream;
+    std::vector<int64_t> a(1000, rank + 1), b(1000, 10 * (rank + 1));
+    if (ncclAllReduce(a.data(), a.data(), a.size(), ncclInt64, ncclSum, comm, stream.handle()) != ncclSuccess)
+      return ncclGetLastError(comm);
+    // The second operation reads the first's output: only in-order execution gives 3*2=6... per element.
+    if (ncclAllReduce(a.data(), b.data(), a.size(), ncclInt64, ncclSum, comm, stream.handle()) != ncclSuccess)
+      return ncclGetLastError(comm);
+    plait::Status s = stream.synchronize();
+    if (!s.isOk()) return s.toString();
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i] != 3 || b[i] != 6) return "element " + std::to_string(i) + ": " + std::to_string(a[i]) + ", " +
+                                          std::to_string(b[i]);
+    return "";
+  });
+  for (auto& f : failures) FAIL_CHECK(f);
 }

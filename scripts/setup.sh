@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs everything Plait builds, tests and benchmarks with, from Debian's
+# packages (run as root on Debian 12). Safe to run again.
+set -euo pipefail
+PACKAGES=(
+  build-essential cmake pkg-config            # toolchain
+  catch2 libbenchmark-dev                     # tests, microbenchmarks
+  libpugixml-dev nlohmann-json3-dev libcli11-dev  # topology XML, tools' JSON and flags
+  libhwloc-dev libucx-dev libibverbs-dev      # topology detection, network transports
+  openmpi-bin libopenmpi-dev libgloo-dev      # launchers and the peers we compare with
+  python3 python3-matplotlib graphviz         # perf/compare plots, topology pictures
+  iproute2 nftables iperf3 procps             # multi-node tests in network namespaces
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "setup: all packages present"
