@@ -69,6 +69,8 @@ class Communicator {
   Status runAllReduce(const Task& task, const Plan& plan, size_t bytes);
   Status runRingChannel(const Task& task, const Plan& plan, int channel);
   Status runOneShot(const Task& task, size_t bytes);
+  Status runOneShotLines(const Task& task, size_t bytes, ReduceCopyFn fn, bool preOp);
+  void reduceInRankOrder(const Task& task, ReduceCopyFn fn, bool preOp, const void* const* inputs);
   void breakWith(const Status& status);
   void logPlanOnce(const Task& task, size_t bytes, const Plan& plan);
 

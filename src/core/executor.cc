@@ -115,6 +115,7 @@ Status Communicator::runRingChannel(const Task& task, const Plan& plan, int chan
 Status Communicator::runOneShot(const Task& task, size_t bytes) {
   const ReduceCopyFn fn = reduceCopyFn(task.type, task.op.kind);
   const bool preOp = task.op.kind == RedOpKind::kPreMulSum;
+  if (bytes <= kLinePayloadBytes) return runOneShotLines(task, bytes, fn, preOp);
   for (int peer = 0; peer < nranks_; ++peer) {
     if (peer == rank_) continue;
     FifoSender* s = shm_->meshSend(peer);
@@ -149,6 +150,16 @@ Status Communicator::runOneShot(const Task& task, size_t bytes) {
                            std::to_string(bytes) + " (ranks disagree on the operation?)");
     inputs[peer] = *slot;
   }
+  reduceInRankOrder(task, fn, preOp, inputs.data());
+  for (int peer = 0; peer < nranks_; ++peer)
+    if (peer != rank_) shm_->meshRecv(peer)->release();
+  return Status::ok();
+}
+
+// out = x0 op x1 op ... op x(n-1), left to right: the same order on every
+// rank, so all ranks get bit-identical results. Only this rank's own input
+// is scaled here; peers scaled theirs before sending.
+void Communicator::reduceInRankOrder(const Task& task, ReduceCopyFn fn, bool preOp, const void* const* inputs) {
   ReduceCopyArgs args;
   args.count = task.count;
   args.nSrcs = 2;
@@ -167,8 +178,43 @@ Status Communicator::runOneShot(const Task& task, size_t bytes) {
     args.postOp = r == nranks_ - 1;
     fn(task.op, args);
   }
+}
+
+// The one-shot algorithm for messages that fit in one cache line: each
+// peer's input arrives with its flag in the same line (one hand-off).
+Status Communicator::runOneShotLines(const Task& task, size_t bytes, ReduceCopyFn fn, bool preOp) {
+  alignas(64) unsigned char scaled[kLinePayloadBytes];
+  const void* mine = task.sendbuff;
+  if (preOp) {
+    ReduceCopyArgs copy;
+    copy.srcs[0] = task.sendbuff;
+    copy.dsts[0] = scaled;
+    copy.count = task.count;
+    copy.preOpSrc0 = true;
+    fn(task.op, copy);
+    mine = scaled;
+  }
   for (int peer = 0; peer < nranks_; ++peer)
-    if (peer != rank_) shm_->meshRecv(peer)->release();
+    if (peer != rank_) PLAIT_RETURN_IF_ERROR(shm_->lineSend(peer)->send(mine, bytes));
+  alignas(64) unsigned char own[kLinePayloadBytes];
+  std::memcpy(own, task.sendbuff, bytes);  // raw input: the output may alias it
+  std::vector<const void*>& inputs = oneShotInputs_;
+  for (int peer = 0; peer < nranks_; ++peer) {
+    if (peer == rank_) {
+      inputs[peer] = own;
+      continue;
+    }
+    size_t got = 0;
+    auto line = shm_->lineRecv(peer)->acquire(&got);
+    if (!line.isOk()) return line.takeStatus();
+    if (got != bytes)
+      return internalError("rank " + std::to_string(peer) + " sent " + std::to_string(got) + " bytes, expected " +
+                           std::to_string(bytes) + " (ranks disagree on the operation?)");
+    inputs[peer] = *line;
+  }
+  reduceInRankOrder(task, fn, preOp, inputs.data());
+  for (int peer = 0; peer < nranks_; ++peer)
+    if (peer != rank_) shm_->lineRecv(peer)->release();
   return Status::ok();
 }
 

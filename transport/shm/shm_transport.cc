@@ -23,7 +23,12 @@ size_t ShmTransport::meshOffset(int fromLocalIndex) const {
          static_cast<size_t>(fromLocalIndex) * alignUp(options_.mesh.totalBytes(), 4096);
 }
 
-size_t ShmTransport::segmentBytes() const { return meshOffset(static_cast<int>(options_.localRanks.size())); }
+size_t ShmTransport::lineOffset(int fromLocalIndex) const {
+  return meshOffset(static_cast<int>(options_.localRanks.size())) +
+         static_cast<size_t>(fromLocalIndex) * alignUp(sizeof(LineFifoMemory), 4096);
+}
+
+size_t ShmTransport::segmentBytes() const { return lineOffset(static_cast<int>(options_.localRanks.size())); }
 
 WaitContext* ShmTransport::newContext(int peer, const char* what) {
   auto ctx = std::make_unique<WaitContext>();
@@ -89,6 +94,8 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
   }
   meshSend_.resize(nranks);
   meshRecv_.resize(nranks);
+  lineSend_.resize(nranks);
+  lineRecv_.resize(nranks);
   const int me = localIndex_[rank_];
   for (int peer : options_.localRanks) {
     if (peer == rank_) continue;
@@ -96,6 +103,9 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
                                                    newContext(peer, "send"));
     meshRecv_[peer] = std::make_unique<FifoReceiver>(at(own_->data(), meshOffset(localIndex_[peer])), options_.mesh,
                                                      newContext(peer, "receive"));
+    lineSend_[peer] = std::make_unique<LineSender>(at(peerBase[peer], lineOffset(me)), newContext(peer, "send"));
+    lineRecv_[peer] =
+        std::make_unique<LineReceiver>(at(own_->data(), lineOffset(localIndex_[peer])), newContext(peer, "receive"));
   }
   PLAIT_RETURN_IF_ERROR(oob.barrier(deadline));
   return own_->unlink();
@@ -110,6 +120,8 @@ void ShmTransport::abort() {
   for (auto& r : ringRecv_) if (r) r->abort();
   for (auto& s : meshSend_) if (s) s->abort();
   for (auto& r : meshRecv_) if (r) r->abort();
+  for (auto& s : lineSend_) if (s) s->abort();
+  for (auto& r : lineRecv_) if (r) r->abort();
 }
 
 ShmTransport::~ShmTransport() = default;

@@ -16,6 +16,7 @@
 #include "base/wait.h"
 #include "plait/status.hpp"
 #include "transport/fifo.h"
+#include "transport/line_fifo.h"
 #include "transport/oob.h"
 
 namespace plait {
@@ -45,6 +46,9 @@ class ShmTransport {
   // Null when peer is not on this host (or is this rank).
   FifoSender* meshSend(int peer) { return meshSend_[peer].get(); }
   FifoReceiver* meshRecv(int peer) { return meshRecv_[peer].get(); }
+  // One-cache-line channels to local peers, for messages ≤ kLinePayloadBytes.
+  LineSender* lineSend(int peer) { return lineSend_[peer].get(); }
+  LineReceiver* lineRecv(int peer) { return lineRecv_[peer].get(); }
   bool isLocal(int peer) const { return localIndex_[peer] >= 0; }
   const FifoShape& ringShape() const { return options_.ring; }
   const FifoShape& meshShape() const { return options_.mesh; }
@@ -58,6 +62,7 @@ class ShmTransport {
   ShmTransport() = default;
   size_t ringOffset(int channel) const;
   size_t meshOffset(int fromLocalIndex) const;
+  size_t lineOffset(int fromLocalIndex) const;
   size_t segmentBytes() const;
   Status mapPeers(OobExchange& oob, Deadline deadline);
   WaitContext* newContext(int peer, const char* what);
@@ -70,6 +75,8 @@ class ShmTransport {
   std::vector<std::unique_ptr<WaitContext>> contexts_;
   std::vector<std::unique_ptr<FifoSender>> ringSend_, meshSend_;
   std::vector<std::unique_ptr<FifoReceiver>> ringRecv_, meshRecv_;
+  std::vector<std::unique_ptr<LineSender>> lineSend_;
+  std::vector<std::unique_ptr<LineReceiver>> lineRecv_;
 };
 
 }  // namespace plait
