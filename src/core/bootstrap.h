@@ -70,16 +70,16 @@ struct PeerInfo {
   net::SocketAddress listenAddr;  // where this rank accepts bootstrap connections
 };
 
+// The seconds any bootstrap wait may block by default (PLAIT_TIMEOUT / NCCL_TIMEOUT).
+int64_t bootstrapTimeoutSec();
+
 struct BootstrapOptions {
   // Bounds Bootstrap::create (the rendezvous and the ring connections).
-  Deadline deadline = Deadline::afterMs(300 * 1000);
+  Deadline deadline = Deadline::afterMs(bootstrapTimeoutSec() * 1000);
   // The communicator's abort flag: any non-zero value makes every blocked
   // call return within about 100 ms. May be null. Must outlive the Bootstrap.
   const std::atomic<uint32_t>* abortFlag = nullptr;
 };
-
-// The seconds any bootstrap wait may block by default (PLAIT_TIMEOUT / NCCL_TIMEOUT).
-int64_t bootstrapTimeoutSec();
 
 class Bootstrap {
  public:
