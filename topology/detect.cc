@@ -3,7 +3,7 @@
 #include "topology/detect.h"
 
 #include <algorithm>
-#include <climits>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>

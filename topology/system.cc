@@ -130,7 +130,7 @@ class SystemBuilder {
   // declared several times aggregate), or creates it.
   void connect(int from, int to, LinkType type, double bw);
   Status addCpu(const XmlNode& xml);
-  Status addPci(const XmlNode& xml, int parent, int cpu);
+  Status addPci(const XmlNode& xml, int parent);
   int addNic(const XmlNode& xmlNic, int parent, double bw);
   Status addSecondPass(const XmlNode& xml, int gpu, int cpu);
   void connectCpus();
@@ -138,7 +138,6 @@ class SystemBuilder {
 
   TopoSystem sys_;
   std::map<std::string, int> byBusId_;  // GPU / PCI / NIC node by bus id
-  std::map<int, int> cpuOfNode_;        // node -> its CPU node
   int nvs_ = -1;
 };
 
@@ -164,10 +163,9 @@ Status SystemBuilder::addCpu(const XmlNode& xml) {
   info.modelId = static_cast<int>(xml.intAttr("modelid", 0));
   info.affinity = xml.attrOr("affinity", "");
   sys_.byType[static_cast<int>(NodeType::kCpu)].push_back(cpu);
-  cpuOfNode_[cpu] = cpu;
   for (const XmlNode& c : xml.children) {
     if (c.name == "pci") {
-      PLAIT_RETURN_IF_ERROR(addPci(c, cpu, cpu));
+      PLAIT_RETURN_IF_ERROR(addPci(c, cpu));
     } else if (c.name == "nic") {
       addNic(c, cpu, kBwLoc);  // a NIC without PCI information hangs off its CPU
     }
@@ -178,7 +176,6 @@ Status SystemBuilder::addCpu(const XmlNode& xml) {
 int SystemBuilder::addNic(const XmlNode& xmlNic, int parent, double bw) {
   int nic = addNode(NodeType::kNic);
   sys_.byType[static_cast<int>(NodeType::kNic)].push_back(nic);
-  cpuOfNode_[nic] = cpuOfNode_[parent];
   connect(nic, parent, LinkType::kPci, bw);
   connect(parent, nic, LinkType::kPci, bw);
   for (const XmlNode& xmlNet : xmlNic.children) {
@@ -197,14 +194,13 @@ int SystemBuilder::addNic(const XmlNode& xmlNic, int parent, double bw) {
     info.gdr = static_cast<int>(xmlNet.intAttr("gdr", 0));
     info.coll = static_cast<int>(xmlNet.intAttr("coll", 0));
     sys_.byType[static_cast<int>(NodeType::kNet)].push_back(net);
-    cpuOfNode_[net] = cpuOfNode_[parent];
     connect(nic, net, LinkType::kNet, info.bw);
     connect(net, nic, LinkType::kNet, info.bw);
   }
   return nic;
 }
 
-Status SystemBuilder::addPci(const XmlNode& xml, int parent, int cpu) {
+Status SystemBuilder::addPci(const XmlNode& xml, int parent) {
   const std::string* busIdText = xml.attr("busid");
   if (!busIdText) return invalidArgument("<pci> element without busid");
   std::string busId = lower(*busIdText);
@@ -220,7 +216,6 @@ Status SystemBuilder::addPci(const XmlNode& xml, int parent, int cpu) {
     g.gdr = static_cast<int>(xmlGpu->intAttr("gdr", 0));
     sys_.byType[static_cast<int>(NodeType::kGpu)].push_back(node);
   } else if (const XmlNode* xmlNic = xml.child("nic")) {
-    cpuOfNode_[parent] = cpu;
     node = addNic(*xmlNic, parent, bw);
     sys_.nodes[node].busId = busId;
     byBusId_[busId] = node;
@@ -238,12 +233,11 @@ Status SystemBuilder::addPci(const XmlNode& xml, int parent, int cpu) {
                 (static_cast<uint64_t>(xml.intAttr("subsystem_vendor", 0)) << 16) |
                 static_cast<uint64_t>(xml.intAttr("subsystem_device", 0));
   byBusId_[busId] = node;
-  cpuOfNode_[node] = cpu;
   connect(node, parent, LinkType::kPci, bw);
   connect(parent, node, LinkType::kPci, bw);
   if (n.type == NodeType::kPci) {
     for (const XmlNode& c : xml.children) {
-      if (c.name == "pci") PLAIT_RETURN_IF_ERROR(addPci(c, node, cpu));
+      if (c.name == "pci") PLAIT_RETURN_IF_ERROR(addPci(c, node));
       if (c.name == "nic") addNic(c, node, bw);
     }
   }

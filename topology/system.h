@@ -133,7 +133,7 @@ struct TopoSystem {
   int count(NodeType type) const { return static_cast<int>(of(type).size()); }
   const TopoNode& gpu(int ordinal) const { return nodes[of(NodeType::kGpu)[ordinal]]; }
   const TopoNode& net(int ordinal) const { return nodes[of(NodeType::kNet)[ordinal]]; }
-  // The link from -> to of this type, or -1.
+  // The id of the first link from -> to, or -1.
   int findLink(int from, int to) const;
   // Sum of outgoing link bandwidth of a node by link type.
   double outBw(int node, LinkType type) const;
