@@ -9,6 +9,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/wait.h"
+#include "topology/topology.h"
 
 namespace plait {
 namespace {
@@ -86,33 +87,38 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
   const int nChannels = *std::min_element(wants.begin(), wants.end());
   PLAIT_RETURN_IF_ERROR(connectTransports(deadline, nChannels));
   if (nChannels > 1) workers_ = std::make_unique<ChannelWorkers>(nChannels - 1);
-  PLAIT_INFO(kInit, "comm %s rank %d nranks %d: %zu local rank(s), %d channel(s), ring %s", name_.c_str(), rank_,
-             nranks_, local.size(), nChannels, ringPosition_ == 0 ? "starts here" : "joined");
+  PLAIT_INFO(kInit, "comm %s rank %d nranks %d: %zu local rank(s), %d channel(s)", name_.c_str(), rank_, nranks_,
+             local.size(), nChannels);
   return Status::ok();
 }
 
 Status Communicator::connectTransports(Deadline deadline, int nChannels) {
-  // Ring order: ranks grouped by host (hosts in order of their first rank),
-  // so each host boundary is crossed once per direction.
-  std::vector<uint64_t> hostOrder;
-  for (int r = 0; r < nranks_; ++r) {
-    uint64_t h = bootstrap_->peer(r).hostHash;
-    if (std::find(hostOrder.begin(), hostOrder.end(), h) == hostOrder.end()) hostOrder.push_back(h);
+  // Rings from the topology layer: ranks of a host contiguous (each host
+  // boundary crossed once per direction), NUMA domains contiguous inside a
+  // host, channels rotated so different ranks carry the inter-host traffic.
+  std::vector<topo::RankPlacement> places(nranks_);
+  unsigned cpu = 0, node = 0;
+  if (getcpu(&cpu, &node) != 0) cpu = node = 0;
+  places[rank_] = topo::RankPlacement{rank_, bootstrap_->peer(rank_).hostHash, static_cast<int>(node),
+                                      static_cast<int>(cpu)};
+  PLAIT_RETURN_IF_ERROR(bootstrap_->allGather(places.data(), sizeof(topo::RankPlacement), deadline));
+  PLAIT_ASSIGN_OR_RETURN(topo::CommGraphs graphs, topo::buildHostGraphs(places, nChannels));
+  ringPositions_.assign(nChannels, 0);
+  std::vector<int> prevs(nChannels), nexts(nChannels);
+  for (int c = 0; c < nChannels; ++c) {
+    const std::vector<int>& ring = graphs.rings[c];
+    const int pos = static_cast<int>(std::find(ring.begin(), ring.end(), rank_) - ring.begin());
+    ringPositions_[c] = pos;
+    prevs[c] = ring[(pos + nranks_ - 1) % nranks_];
+    nexts[c] = ring[(pos + 1) % nranks_];
   }
-  ring_.clear();
-  for (uint64_t h : hostOrder)
-    for (int r = 0; r < nranks_; ++r)
-      if (bootstrap_->peer(r).hostHash == h) ring_.push_back(r);
-  ringPosition_ = static_cast<int>(std::find(ring_.begin(), ring_.end(), rank_) - ring_.begin());
 
   ShmTransportOptions so;
   so.nChannels = nChannels;
   so.ring = FifoShape{static_cast<int>(kRingSteps.get()), static_cast<size_t>(kRingStepBytes.get())};
   so.mesh = FifoShape{static_cast<int>(kMeshSteps.get()), static_cast<size_t>(kMeshStepBytes.get())};
-  const int prev = ring_[(ringPosition_ + nranks_ - 1) % nranks_];
-  const int next = ring_[(ringPosition_ + 1) % nranks_];
-  so.ringPrev.assign(nChannels, prev);
-  so.ringNext.assign(nChannels, next);
+  so.ringPrev = prevs;
+  so.ringNext = nexts;
   for (int r = 0; r < nranks_; ++r) {
     if (bootstrap_->peer(r).hostHash == bootstrap_->peer(rank_).hostHash) so.localRanks.push_back(r);
     so.pids.push_back(bootstrap_->peer(r).pid);

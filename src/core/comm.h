@@ -84,8 +84,7 @@ class Communicator {
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<Tuner> tuner_;
   std::unique_ptr<ChannelWorkers> workers_;
-  std::vector<int> ring_;         // ranks in ring order
-  int ringPosition_ = 0;
+  std::vector<int> ringPositions_;  // per channel: this rank's position in that ring
   std::vector<char> scratch_;     // one-shot in-place staging
   std::vector<const void*> oneShotInputs_;
   mutable std::mutex errorMu_;

@@ -102,7 +102,7 @@ Status Communicator::runRingChannel(const Task& task, const Plan& plan, int chan
   a.count = end - begin;
   a.elemSize = elem;
   a.nranks = nranks_;
-  a.position = ringPosition_;
+  a.position = ringPositions_[channel];
   a.alignElems = align;
   a.chunkElems = std::max(align, plan.chunkBytes / elem / align * align);
   if (!ringAllReduce(prims, a)) return prims.status();
