@@ -35,10 +35,12 @@ struct DeviceFifo {
   uint64_t stepBytes = 0;   // capacity of each step buffer; a positive multiple of 64
 };
 
-// A channel's two connectors in its ring.
+// A channel's ring: this rank's place in it and its two connectors. Rings
+// differ per channel (the communicator rotates them), so the position does too.
 struct DeviceChannel {
-  DeviceFifo recv;  // from the previous rank: this rank's own FIFO memory
-  DeviceFifo send;  // to the next rank: the next rank's FIFO memory, mapped here
+  DeviceFifo recv;   // from the previous rank: this rank's own FIFO memory
+  DeviceFifo send;   // to the next rank: the next rank's FIFO memory, mapped here
+  int position = 0;  // this rank's position in this channel's ring, [0, nranks)
 };
 
 // Why a channel stopped, as the kernel reports it in DeviceWork::channelStatus.
@@ -73,7 +75,6 @@ struct DeviceWork {
   size_t elemSize = 4;             // must equal typeSize(type)
   RedOp op;                        // resolved (makeRedOp / makePreMulSumOp)
   int nranks = 1;
-  int position = 0;                // this rank's position in the ring, [0, nranks)
   size_t chunkElems = 0;           // RingAllReduceArgs::chunkElems; multiple of alignElems
   size_t alignElems = 1;           // channel parts and chunks are multiples of this
   size_t sliceBytes = 0;           // bytes per FIFO step: a multiple of elemSize, ≤ every stepBytes
