@@ -92,7 +92,7 @@ Status Communicator::runRingChannel(const Task& task, const Plan& plan, int chan
   pc.fn = reduceCopyFn(task.type, task.op.kind);
   pc.op = task.op;
   pc.elemSize = elem;
-  pc.sliceBytes = plan.sliceBytes / elem * elem;
+  pc.sliceBytes = std::min(plan.sliceBytes, shm_->ringShape().stepBytes) / elem * elem;
   pc.nonTemporalOutput = plan.nonTemporal;
   HostPrimitives prims(pc);
 
@@ -104,7 +104,14 @@ Status Communicator::runRingChannel(const Task& task, const Plan& plan, int chan
   a.nranks = nranks_;
   a.position = ringPositions_[channel];
   a.alignElems = align;
-  a.chunkElems = std::max(align, plan.chunkBytes / elem / align * align);
+  // A rank sends a whole chunk before it first receives, then needs one more
+  // free step to go on: a chunk of nSteps slices or more would fill every
+  // FIFO of the ring and deadlock it. Keep chunks to half the FIFO, whatever
+  // the tuner or the user asked for.
+  const size_t sliceElems = std::max<size_t>(1, pc.sliceBytes / elem);
+  const size_t maxChunk = sliceElems * std::max(1, shm_->ringShape().nSteps / 2);
+  const size_t chunk = std::min(maxChunk, std::max(align, plan.chunkBytes / elem / align * align));
+  a.chunkElems = std::max<size_t>(1, chunk / align * align);
   if (!ringAllReduce(prims, a)) return prims.status();
   return Status::ok();
 }

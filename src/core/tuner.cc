@@ -74,6 +74,8 @@ void Tuner::fillRingSlicing(size_t bytes, Plan* plan) const {
   size_t chunk = std::clamp<size_t>(perRank, slice, slice * std::max(1, in_.ringSteps / 2));
   if (kSliceBytes.get() > 0) slice = std::min<size_t>(kSliceBytes.get(), step);
   if (kChunkBytes.get() > 0) chunk = std::max<size_t>(kChunkBytes.get(), slice);
+  // The executor caps chunks at half the FIFO (deadlock freedom); say so here too.
+  chunk = std::min(chunk, slice * std::max(1, in_.ringSteps / 2));
   plan->sliceBytes = slice & ~size_t(63);
   plan->chunkBytes = chunk & ~size_t(63);
   if (plan->sliceBytes == 0) plan->sliceBytes = 64;
