@@ -72,6 +72,7 @@ class Communicator {
   Status runOneShotLines(const Task& task, size_t bytes, ReduceCopyFn fn, bool preOp);
   void reduceInRankOrder(const Task& task, ReduceCopyFn fn, bool preOp, const void* const* inputs);
   void breakWith(const Status& status);
+  Status withDeadPeers(Status s) const;
   void logPlanOnce(const Task& task, size_t bytes, const Plan& plan);
 
   int rank_ = 0;

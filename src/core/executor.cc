@@ -9,6 +9,7 @@
 #include "algorithms/types.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "base/wait.h"
 #include "core/comm.h"
 
 namespace plait {
@@ -27,12 +28,28 @@ Status Communicator::run(const Task& task) {
   if (!s.isOk()) {
     s.withContext(std::string(collName(task.coll)) + " #" + std::to_string(opCount_) + " on rank " +
                   std::to_string(rank_));
+    if (s.code() == Code::kRemoteError) s = withDeadPeers(std::move(s));
     if (s.code() != Code::kInvalidArgument && s.code() != Code::kInvalidUsage) {
       PLAIT_INFO(kColl, "%s", s.message().c_str());
       breakWith(s);
     }
   }
   return s;
+}
+
+// A failure often cascades: rank A dies, its neighbour B aborts, and B's
+// other neighbour C only sees "B aborted". Naming every dead local peer
+// gives C the root cause too.
+Status Communicator::withDeadPeers(Status s) const {
+  std::string dead;
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_ || !shm_ || !shm_->isLocal(r)) continue;
+    const int pid = bootstrap_->peer(r).pid;
+    if (pid > 0 && !processAlive(pid)) dead += (dead.empty() ? "" : ", ") + ("rank " + std::to_string(r)) +
+                                             " (pid " + std::to_string(pid) + ")";
+  }
+  if (dead.empty()) return s;
+  return Status(s.code(), s.message() + "; dead: " + dead);
 }
 
 void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan) {
