@@ -1,8 +1,8 @@
 // tools/perf/launch_env.h — which process of the job this is, and the unique
 // id every process shares.
 //
-// A stand-in for plait::detectLaunch()/launchUniqueId() (plait/launch.hpp)
-// reading the same variables, so the tools work before and without it:
+// A thin adapter over plait::detectLaunch()/launchUniqueId() (plait/launch.hpp),
+// which read these variables:
 //   plait-run: PLAIT_RANK, PLAIT_NRANKS (NCCL_COMM_ID is set: every process's
 //              ncclGetUniqueId returns the same id);
 //   mpirun:    OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE; without NCCL_COMM_ID
@@ -22,7 +22,6 @@ struct ProcessLayout {
   int procRank = 0;
   int nProcs = 1;
   std::string launcher = "standalone";
-  std::string idFile;  // the mpirun rendezvous file process 0 wrote, if any
 };
 
 // Reads the launcher's variables. False (with *error set) when a variable is
