@@ -4,6 +4,7 @@
 // the list. Modes:
 //   env          print the launch variables, one NAME=value line each, exit 0
 //   exit:N       exit with status N
+//   lateexit:N   exit with status N after 500 ms
 //   segv         die by SIGSEGV (no core file)
 //   sleep        sleep (at most 300 s, so a broken test cannot leak it forever)
 //   stubborn     ignore SIGTERM, then sleep
@@ -68,6 +69,9 @@ int main(int argc, char** argv) {
   if (mode == "env") {
     printEnv();
   } else if (mode == "exit") {
+    return std::atoi(arg.c_str());
+  } else if (mode == "lateexit") {  // gives the other ranks time to start (and install handlers) first
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     return std::atoi(arg.c_str());
   } else if (mode == "segv") {
     rlimit noCore{0, 0};

@@ -203,12 +203,12 @@ TEST_CASE("a failing rank is reported and the others are stopped", "[plait-run]"
     CHECK(run.elapsed < milliseconds(3000));
   }
   SECTION("ranks that ignore SIGTERM get SIGKILL after the grace period") {
-    Finished run = runLauncher(withHelper({"-n", "3"}, {"stubborn", "exit:5", "stubborn"}));
+    Finished run = runLauncher(withHelper({"-n", "3"}, {"stubborn", "lateexit:5", "stubborn"}));
     INFO(run.err);
     CHECK(run.exitCode == 5);
     CHECK_THAT(run.err, Catch::Contains("SIGKILL"));
-    CHECK(run.elapsed >= milliseconds(1900));
-    CHECK(run.elapsed < milliseconds(5000));
+    CHECK(run.elapsed >= milliseconds(2400));  // 500 ms before the failure, then the 2 s grace period
+    CHECK(run.elapsed < milliseconds(5500));
   }
   SECTION("a program that cannot be executed") {
     Finished run = runLauncher({"-n", "2", "/nonexistent/program"});
