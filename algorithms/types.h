@@ -90,6 +90,7 @@ PLAIT_HOST_DEVICE PLAIT_INLINE uint32_t encodeSmallFloat(float value) {
   const uint32_t m = (a & 0x7fffffu) | (e != 0 ? 0x800000u : 0u);
   uint32_t s = 151 - F::kBias - F::kMan - (e != 0 ? e : 1);  // >= kShift+1 where used
   s = s < 31 ? s : 31;                                       // no UB; 31 rounds to 0
+  s = s > 0 ? s : 1;                                         // unused then, but (1u << (s - 1)) must be defined
   const uint32_t sub = (m + ((1u << (s - 1)) - 1) + ((m >> s) & 1)) >> s;
   uint32_t r;
   if constexpr (F::kSatFinite) {

@@ -114,15 +114,19 @@ uint64_t referenceElt(const TypeModel& m, const Case& c, uint64_t a, uint64_t b)
   if (m.isInt) {
     __int128 x = m.intValue(a), y = m.intValue(b);
     const __int128 s = m.intValue(c.op.scalar & m.mask());
-    if (pre0) x = m.intValue(m.intBits(x * s));
-    if (pre1) y = m.intValue(m.intBits(y * s));
+    // Products wrap like the element type: multiply unsigned (no UB), then truncate.
+    auto wrapMul = [](__int128 a, __int128 b) {
+      return static_cast<__int128>(static_cast<unsigned __int128>(a) * static_cast<unsigned __int128>(b));
+    };
+    if (pre0) x = m.intValue(m.intBits(wrapMul(x, s)));
+    if (pre1) y = m.intValue(m.intBits(wrapMul(y, s)));
     __int128 r = x;
     if (c.nSrcs == 2) {
       switch (c.op.kind) {
-        case RedOpKind::kProd: r = m.intValue(m.intBits(x * y)); break;
+        case RedOpKind::kProd: r = m.intValue(m.intBits(wrapMul(x, y))); break;
         case RedOpKind::kMax: r = x > y ? x : y; break;
         case RedOpKind::kMin: r = x < y ? x : y; break;
-        default: r = m.intValue(m.intBits(x + y)); break;
+        default: r = m.intValue(m.intBits(static_cast<__int128>(static_cast<unsigned __int128>(x) + static_cast<unsigned __int128>(y)))); break;
       }
     }
     if (post) {  // truncate toward zero, written without relying on '/' rounding
