@@ -1,16 +1,18 @@
-// line_fifo.h — a FIFO of single cache lines for the smallest messages.
+// line_fifo.h — a FIFO of cache lines for small messages.
 //
-// Each step is one 64-byte line holding up to kLinePayloadBytes of payload,
-// its size and a sequence number written last (release). The receiver polls
-// the line itself, so a message costs one cache-line hand-off instead of the
-// two or three of a FifoSender/FifoReceiver step (counter line, then size
-// and payload lines): this is the host's answer to NCCL's LL protocol, where
-// data and flag also travel in the same line (DESIGN.md §10). Flow control:
-// the receiver publishes how many lines it consumed in `head`, which the
-// sender re-reads only when its cached credit runs out.
+// Each 64-byte line carries up to kLinePayloadBytes of payload, the message
+// size and a sequence number written last (release). A message spans
+// consecutive lines; the receiver polls each line's own sequence number, so
+// the lines of a message travel between cores in parallel and the first
+// byte costs one cache-line hand-off instead of the two or three of a
+// FifoSender/FifoReceiver step (counter line, then size and payload lines).
+// This is the host's counterpart of NCCL's LL/LL128 protocols, where data and
+// flag also share a line (DESIGN.md §10). Flow control: the receiver
+// publishes how many lines it consumed in `head`, which the sender re-reads
+// only when its cached credit runs out.
 //
-// Memory layout is plain data in a segment both processes map, zeroed
-// before use. Waits follow base/wait.h (deadline, abort flag, dead peer).
+// Memory is plain data in a segment both processes map, zeroed before use.
+// Waits follow base/wait.h (deadline, abort flag, dead peer).
 #pragma once
 
 #include <cstring>
@@ -21,13 +23,15 @@
 
 namespace plait {
 
-constexpr int kLineSlots = 16;
+constexpr int kLineSlots = 128;
 constexpr size_t kLinePayloadBytes = 48;
+// The largest message: half the lines, so a sender can run one message ahead.
+constexpr size_t kLineMaxMessageBytes = kLinePayloadBytes * (kLineSlots / 2);
 
 struct alignas(64) LineCell {
   unsigned char payload[kLinePayloadBytes];
-  uint64_t bytes;
-  uint64_t seq;  // step number + 1 once posted; written last
+  uint64_t bytes;  // the whole message's size
+  uint64_t seq;    // line number + 1 once posted; written last
 };
 static_assert(sizeof(LineCell) == 64);
 
@@ -46,21 +50,34 @@ inline bool lineAborted(LineFifoMemory* m) {
   return AtomicRef<uint32_t>(m->senderAborted).load(mo::acquire) != 0 ||
          AtomicRef<uint32_t>(m->receiverAborted).load(mo::acquire) != 0;
 }
+inline uint64_t linesFor(size_t bytes) {
+  return bytes == 0 ? 1 : (bytes + kLinePayloadBytes - 1) / kLinePayloadBytes;
+}
 }  // namespace detail
 
 class LineSender {
  public:
   LineSender(void* memory, WaitContext* ctx) : m_(static_cast<LineFifoMemory*>(memory)), ctx_(ctx) {}
 
-  // Copies bytes (≤ kLinePayloadBytes) into the next line and posts it.
-  // Blocks only when all kLineSlots lines are unconsumed.
+  // Copies bytes (≤ kLineMaxMessageBytes) into the next lines and posts
+  // them. Blocks only while the receiver holds too many unconsumed lines.
   Status send(const void* data, size_t bytes) {
-    if (__builtin_expect(step_ - cachedHead_ >= kLineSlots, 0)) PLAIT_RETURN_IF_ERROR(waitCredit());
-    LineCell& cell = m_->cells[step_ % kLineSlots];
-    std::memcpy(cell.payload, data, bytes);
-    cell.bytes = bytes;
-    AtomicRef<uint64_t>(cell.seq).store(++step_, mo::release);
-    wake(detail::lowWord(&cell.seq), &m_->recvSleepers);
+    const uint64_t lines = detail::linesFor(bytes);
+    if (__builtin_expect(step_ + lines - cachedHead_ > kLineSlots, 0)) PLAIT_RETURN_IF_ERROR(waitCredit(lines));
+    const unsigned char* src = static_cast<const unsigned char*>(data);
+    for (uint64_t i = 0; i < lines; ++i) {
+      LineCell& cell = m_->cells[(step_ + i) % kLineSlots];
+      const size_t off = i * kLinePayloadBytes;
+      const size_t n = bytes - off < kLinePayloadBytes ? bytes - off : kLinePayloadBytes;
+      if (bytes) std::memcpy(cell.payload, src + off, n);
+      cell.bytes = bytes;
+      AtomicRef<uint64_t>(cell.seq).store(step_ + i + 1, mo::release);
+    }
+    const uint64_t first = step_;
+    step_ += lines;
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the sleeping receiver's fence
+    if (__builtin_expect(m_->recvSleepers.load(std::memory_order_relaxed) != 0, 0))
+      for (uint64_t i = first; i < step_; ++i) detail::wakeSlow(detail::lowWord(&m_->cells[i % kLineSlots].seq));
     return Status::ok();
   }
   void abort() {
@@ -69,13 +86,13 @@ class LineSender {
   }
 
  private:
-  __attribute__((noinline)) Status waitCredit() {
-    auto ready = [this] {
+  __attribute__((noinline)) Status waitCredit(uint64_t lines) {
+    auto ready = [this, lines] {
       cachedHead_ = AtomicRef<uint64_t>(m_->head).load(mo::acquire);
-      return step_ - cachedHead_ < kLineSlots || detail::lineAborted(m_);
+      return step_ + lines - cachedHead_ <= kLineSlots || detail::lineAborted(m_);
     };
     PLAIT_RETURN_IF_ERROR(waitUntil(ready, detail::lowWord(&m_->head), &m_->sendSleepers, *ctx_));
-    if (step_ - cachedHead_ < kLineSlots) return Status::ok();
+    if (step_ + lines - cachedHead_ <= kLineSlots) return Status::ok();
     return peerAbortedError(*ctx_);
   }
 
@@ -89,17 +106,27 @@ class LineReceiver {
  public:
   LineReceiver(void* memory, WaitContext* ctx) : m_(static_cast<LineFifoMemory*>(memory)), ctx_(ctx) {}
 
-  // Waits for the next line; returns its payload (valid until release()).
-  Result<const unsigned char*> acquire(size_t* bytes) {
-    LineCell& cell = m_->cells[step_ % kLineSlots];
-    if (__builtin_expect(AtomicRef<uint64_t>(cell.seq).load(mo::acquire) != step_ + 1, 0))
-      PLAIT_RETURN_IF_ERROR(waitLine(cell));
-    *bytes = cell.bytes;
-    return static_cast<const unsigned char*>(cell.payload);
-  }
-  void release() {
-    AtomicRef<uint64_t>(m_->head).store(++step_, mo::release);
+  // Waits for the next message, which must be `bytes` long, copies it to dst
+  // and frees its lines. A different size means the ranks disagree on the
+  // operation: kInternalError, and the lines stay unconsumed.
+  Status recv(void* dst, size_t bytes) {
+    const uint64_t lines = detail::linesFor(bytes);
+    unsigned char* out = static_cast<unsigned char*>(dst);
+    for (uint64_t i = 0; i < lines; ++i) {
+      LineCell& cell = m_->cells[(step_ + i) % kLineSlots];
+      if (__builtin_expect(AtomicRef<uint64_t>(cell.seq).load(mo::acquire) != step_ + i + 1, 0))
+        PLAIT_RETURN_IF_ERROR(waitLine(cell, step_ + i + 1));
+      if (__builtin_expect(cell.bytes != bytes, 0))
+        return internalError("a peer sent a " + std::to_string(cell.bytes) + "-byte message where " +
+                             std::to_string(bytes) + " bytes were expected (ranks disagree on the operation?)");
+      const size_t off = i * kLinePayloadBytes;
+      const size_t n = bytes - off < kLinePayloadBytes ? bytes - off : kLinePayloadBytes;
+      if (bytes) std::memcpy(out + off, cell.payload, n);
+    }
+    step_ += lines;
+    AtomicRef<uint64_t>(m_->head).store(step_, mo::release);
     wake(detail::lowWord(&m_->head), &m_->sendSleepers);
+    return Status::ok();
   }
   void abort() {
     AtomicRef<uint32_t>(m_->receiverAborted).store(1, mo::release);
@@ -107,8 +134,7 @@ class LineReceiver {
   }
 
  private:
-  __attribute__((noinline)) Status waitLine(LineCell& cell) {
-    const uint64_t want = step_ + 1;
+  __attribute__((noinline)) Status waitLine(LineCell& cell, uint64_t want) {
     auto ready = [&] { return AtomicRef<uint64_t>(cell.seq).load(mo::acquire) == want || detail::lineAborted(m_); };
     PLAIT_RETURN_IF_ERROR(waitUntil(ready, detail::lowWord(&cell.seq), &m_->recvSleepers, *ctx_));
     if (AtomicRef<uint64_t>(cell.seq).load(mo::acquire) == want) return Status::ok();

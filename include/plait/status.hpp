@@ -31,13 +31,33 @@ const char* codeName(Code code);
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(Code code, std::string message)
+      : rep_(code == Code::kOk ? nullptr : new Rep{code, std::move(message)}) {}
+  Status(const Status& other) : rep_(other.rep_ ? new Rep(*other.rep_) : nullptr) {}
+  Status(Status&& other) noexcept : rep_(other.rep_) { other.rep_ = nullptr; }
+  Status& operator=(const Status& other) {
+    if (this != &other) {
+      Rep* copy = other.rep_ ? new Rep(*other.rep_) : nullptr;
+      delete rep_;
+      rep_ = copy;
+    }
+    return *this;
+  }
+  Status& operator=(Status&& other) noexcept {
+    if (this != &other) {
+      delete rep_;
+      rep_ = other.rep_;
+      other.rep_ = nullptr;
+    }
+    return *this;
+  }
+  ~Status() { delete rep_; }
 
   static Status ok() { return Status(); }
-  bool isOk() const { return code_ == Code::kOk; }
+  bool isOk() const { return rep_ == nullptr; }
   explicit operator bool() const { return isOk(); }
-  Code code() const { return code_; }
-  const std::string& message() const { return message_; }
+  Code code() const { return rep_ ? rep_->code : Code::kOk; }
+  const std::string& message() const;
   // "InvalidArgument: sendbuff is null".
   std::string toString() const;
 
@@ -45,8 +65,13 @@ class [[nodiscard]] Status {
   Status& withContext(std::string_view context);
 
  private:
-  Code code_ = Code::kOk;
-  std::string message_;
+  // An OK status is one null pointer: the success path allocates and frees
+  // nothing (the API's fast path returns many of them per call).
+  struct Rep {
+    Code code;
+    std::string message;
+  };
+  Rep* rep_ = nullptr;
 };
 
 // Helpers so call sites read as sentences.

@@ -33,7 +33,7 @@ State& state() {
   return s;
 }
 
-thread_local int tlsRank = -1;
+__attribute__((tls_model("initial-exec"))) thread_local int tlsRank = -1;
 
 Level parseLevel(const std::string& s) {
   if (s == "NONE") return Level::kNone;

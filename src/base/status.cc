@@ -19,13 +19,18 @@ const char* codeName(Code code) {
   return "UnknownCode";
 }
 
+const std::string& Status::message() const {
+  static const std::string kEmpty;
+  return rep_ ? rep_->message : kEmpty;
+}
+
 std::string Status::toString() const {
   if (isOk()) return "Success";
-  return std::string(codeName(code_)) + ": " + message_;
+  return std::string(codeName(rep_->code)) + ": " + rep_->message;
 }
 
 Status& Status::withContext(std::string_view context) {
-  if (!isOk()) message_ = std::string(context) + ": " + message_;
+  if (!isOk()) rep_->message = std::string(context) + ": " + rep_->message;
   return *this;
 }
 

@@ -132,12 +132,19 @@ namespace detail {
 Status waitSlow(bool (*ready)(void*), void* readyArg, std::atomic<uint32_t>* futexWord,
                 std::atomic<uint32_t>* sleepers, const WaitContext& ctx) {
   uint64_t startNs = nowNs();
+  WaitContext bounded;
+  if (ctx.waitTimeoutMs >= 0) {  // this wait's own deadline, if sooner than the operation's
+    bounded = ctx;
+    const Deadline own = Deadline::afterMs(ctx.waitTimeoutMs);
+    if (own.at() < bounded.deadline.at()) bounded.deadline = own;
+  }
+  const WaitContext& c = ctx.waitTimeoutMs >= 0 ? bounded : ctx;
   Status stop;
-  if (!ctx.oversubscribed && spinPhase(ready, readyArg, ctx, kWaitSpin.get(), startNs, &stop)) return Status::ok();
+  if (!c.oversubscribed && spinPhase(ready, readyArg, c, kWaitSpin.get(), startNs, &stop)) return Status::ok();
   if (!stop.isOk()) return ready(readyArg) ? Status::ok() : stop;
-  if (yieldPhase(ready, readyArg, ctx, kWaitYield.get(), startNs, &stop)) return Status::ok();
+  if (yieldPhase(ready, readyArg, c, kWaitYield.get(), startNs, &stop)) return Status::ok();
   if (!stop.isOk()) return ready(readyArg) ? Status::ok() : stop;
-  Status s = sleepPhase(ready, readyArg, futexWord, sleepers, ctx, startNs);
+  Status s = sleepPhase(ready, readyArg, futexWord, sleepers, c, startNs);
   if (!s.isOk()) PLAIT_INFO(kShm, "wait failed: %s", s.toString().c_str());
   return s;
 }

@@ -42,6 +42,10 @@ namespace plait {
 // `deadline` and `what` between operations, not during them.
 struct WaitContext {
   Deadline deadline = Deadline::never();  // of the current operation
+  // A bound on each single wait, counted from when it starts to block (-1:
+  // none). Cheaper than a per-operation deadline: nothing is computed unless
+  // a wait actually blocks.
+  int64_t waitTimeoutMs = -1;
   const std::atomic<uint32_t>* abortFlag = nullptr;  // non-zero: the communicator is aborting
   int peerPid = -1;      // checked about every 100 ms in the sleeping phase; dead -> kRemoteError
   int peerRank = -1;     // for messages

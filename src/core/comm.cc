@@ -127,6 +127,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   if (!mesh) so.mesh = FifoShape{2, 4096};
   so.abortFlag = &abortFlag_;
   so.oversubscribed = hostOversubscribed(static_cast<int>(so.localRanks.size()));
+  so.waitTimeoutMs = timeoutMs_;
   BootstrapOob oob(*bootstrap_);
   PLAIT_ASSIGN_OR_RETURN(shm_, ShmTransport::connect(oob, so, deadline));
 
@@ -137,10 +138,12 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   ti.ringStepBytes = so.ring.stepBytes;
   ti.ringSteps = so.ring.nSteps;
   ti.meshStepBytes = mesh ? so.mesh.stepBytes : 0;
+  ti.lineMaxBytes = mesh ? kLineMaxMessageBytes : 0;
   ti.fullMesh = mesh && ti.nLocalRanks == nranks_;
   tuner_ = std::make_unique<Tuner>(ti);
   scratch_.resize(so.mesh.stepBytes);
   oneShotInputs_.resize(nranks_);
+  oneShotStage_.resize(static_cast<size_t>(nranks_) * kLineMaxMessageBytes);
   for (int r = 0; r < nranks_; ++r)
     PLAIT_INFO(kInit, "rank %d -> rank %d via %s", rank_, r,
                r == rank_ ? "self" : (shm_->isLocal(r) ? "SHM" : "none (no network transport yet)"));

@@ -88,6 +88,7 @@ class Communicator {
   std::vector<int> ringPositions_;  // per channel: this rank's position in that ring
   std::vector<char> scratch_;     // one-shot in-place staging
   std::vector<const void*> oneShotInputs_;
+  std::vector<unsigned char> oneShotStage_;  // nranks x kLineMaxMessageBytes
   mutable std::mutex errorMu_;
   Status brokenBy_;
   std::atomic<bool> broken_{false};

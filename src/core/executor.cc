@@ -53,6 +53,7 @@ Status Communicator::withDeadPeers(Status s) const {
 }
 
 void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan) {
+  if (!log::enabled(log::Level::kInfo, log::kTuning)) return;
   const int bucket = bytes == 0 ? 0 : std::bit_width(bytes);
   uint64_t& seen = loggedSizes_[static_cast<int>(task.coll)];
   if (bucket < 64 && !(seen & (uint64_t(1) << bucket))) {
@@ -69,7 +70,6 @@ Status Communicator::execute(const Task& task) {
       if (bytes == 0) return Status::ok();
       const Plan plan = tuner_->plan(task, bytes);
       logPlanOnce(task, bytes, plan);
-      shm_->setDeadline(Deadline::afterMs(timeoutMs_));
       return runAllReduce(task, plan, bytes);
     }
     default:
@@ -139,7 +139,7 @@ Status Communicator::runRingChannel(const Task& task, const Plan& plan, int chan
 Status Communicator::runOneShot(const Task& task, size_t bytes) {
   const ReduceCopyFn fn = reduceCopyFn(task.type, task.op.kind);
   const bool preOp = task.op.kind == RedOpKind::kPreMulSum;
-  if (bytes <= kLinePayloadBytes) return runOneShotLines(task, bytes, fn, preOp);
+  if (bytes <= kLineMaxMessageBytes) return runOneShotLines(task, bytes, fn, preOp);
   for (int peer = 0; peer < nranks_; ++peer) {
     if (peer == rank_) continue;
     FifoSender* s = shm_->meshSend(peer);
@@ -204,41 +204,34 @@ void Communicator::reduceInRankOrder(const Task& task, ReduceCopyFn fn, bool pre
   }
 }
 
-// The one-shot algorithm for messages that fit in one cache line: each
-// peer's input arrives with its flag in the same line (one hand-off).
+// The one-shot algorithm for small messages over line FIFOs: each peer's
+// input arrives line by line with the flag in the same line, so the first
+// byte costs one cache-line hand-off and the rest stream behind it.
 Status Communicator::runOneShotLines(const Task& task, size_t bytes, ReduceCopyFn fn, bool preOp) {
-  alignas(64) unsigned char scaled[kLinePayloadBytes];
   const void* mine = task.sendbuff;
+  unsigned char* stage = oneShotStage_.data();  // nranks slots of kLineMaxMessageBytes
   if (preOp) {
     ReduceCopyArgs copy;
     copy.srcs[0] = task.sendbuff;
-    copy.dsts[0] = scaled;
+    copy.dsts[0] = stage + static_cast<size_t>(rank_) * kLineMaxMessageBytes;
     copy.count = task.count;
     copy.preOpSrc0 = true;
     fn(task.op, copy);
-    mine = scaled;
+    mine = copy.dsts[0];
   }
   for (int peer = 0; peer < nranks_; ++peer)
     if (peer != rank_) PLAIT_RETURN_IF_ERROR(shm_->lineSend(peer)->send(mine, bytes));
-  alignas(64) unsigned char own[kLinePayloadBytes];
-  std::memcpy(own, task.sendbuff, bytes);  // raw input: the output may alias it
   std::vector<const void*>& inputs = oneShotInputs_;
   for (int peer = 0; peer < nranks_; ++peer) {
+    unsigned char* slot = stage + static_cast<size_t>(peer) * kLineMaxMessageBytes;
     if (peer == rank_) {
-      inputs[peer] = own;
-      continue;
+      std::memcpy(slot, task.sendbuff, bytes);  // raw input: the output may alias it
+    } else {
+      PLAIT_RETURN_IF_ERROR(shm_->lineRecv(peer)->recv(slot, bytes));
     }
-    size_t got = 0;
-    auto line = shm_->lineRecv(peer)->acquire(&got);
-    if (!line.isOk()) return line.takeStatus();
-    if (got != bytes)
-      return internalError("rank " + std::to_string(peer) + " sent " + std::to_string(got) + " bytes, expected " +
-                           std::to_string(bytes) + " (ranks disagree on the operation?)");
-    inputs[peer] = *line;
+    inputs[peer] = slot;
   }
   reduceInRankOrder(task, fn, preOp, inputs.data());
-  for (int peer = 0; peer < nranks_; ++peer)
-    if (peer != rank_) shm_->lineRecv(peer)->release();
   return Status::ok();
 }
 

@@ -12,7 +12,8 @@ struct ThreadGroup {
   Status firstError;
 };
 
-thread_local ThreadGroup tls;
+// initial-exec: the per-call check stays a plain TLS load, not a __tls_get_addr call.
+__attribute__((tls_model("initial-exec"))) thread_local ThreadGroup tls;
 
 }  // namespace
 

@@ -92,7 +92,8 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
     plan.predictedUs = kCallUs + static_cast<double>(bytes) / kOneShotBytesPerUs;
     return plan;
   }
-  const bool oneShotFits = in_.fullMesh && bytes <= in_.meshStepBytes && task.coll == CollType::kAllReduce;
+  const bool oneShotFits = in_.fullMesh && bytes <= std::max(in_.meshStepBytes, in_.lineMaxBytes) &&
+                           task.coll == CollType::kAllReduce;
   const double tOne = oneShotFits ? oneShotUs(bytes) : 1e30;
   // More channels only pay when each gets a useful share of the buffer.
   int channels = in_.nChannels;

@@ -39,6 +39,7 @@ struct TunerInputs {
   size_t ringStepBytes = 0;    // FIFO step size of ring connectors
   int ringSteps = 8;
   size_t meshStepBytes = 0;    // FIFO step size of mesh connectors (0: no mesh)
+  size_t lineMaxBytes = 0;     // largest message of the mesh's line FIFOs
   bool fullMesh = false;       // every peer reachable through a mesh connector
 };
 

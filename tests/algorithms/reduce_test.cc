@@ -115,8 +115,8 @@ uint64_t referenceElt(const TypeModel& m, const Case& c, uint64_t a, uint64_t b)
     __int128 x = m.intValue(a), y = m.intValue(b);
     const __int128 s = m.intValue(c.op.scalar & m.mask());
     // Products wrap like the element type: multiply unsigned (no UB), then truncate.
-    auto wrapMul = [](__int128 a, __int128 b) {
-      return static_cast<__int128>(static_cast<unsigned __int128>(a) * static_cast<unsigned __int128>(b));
+    auto wrapMul = [](__int128 p, __int128 q) {
+      return static_cast<__int128>(static_cast<unsigned __int128>(p) * static_cast<unsigned __int128>(q));
     };
     if (pre0) x = m.intValue(m.intBits(wrapMul(x, s)));
     if (pre1) y = m.intValue(m.intBits(wrapMul(y, s)));
