@@ -37,6 +37,7 @@ WaitContext* ShmTransport::newContext(int peer, const char* what) {
   ctx->peerPid = options_.pids.empty() ? -1 : options_.pids[peer];
   ctx->peerRank = peer;
   ctx->oversubscribed = options_.oversubscribed;
+  ctx->waitTimeoutMs = options_.waitTimeoutMs;
   ctx->what = what;
   contexts_.push_back(std::move(ctx));
   return contexts_.back().get();

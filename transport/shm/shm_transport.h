@@ -31,6 +31,7 @@ struct ShmTransportOptions {
   std::vector<int> pids;        // pid of every rank (for liveness checks)
   const std::atomic<uint32_t>* abortFlag = nullptr;
   bool oversubscribed = false;
+  int64_t waitTimeoutMs = -1;  // bound on each wait of a connector (PLAIT_TIMEOUT)
 };
 
 class ShmTransport {
