@@ -8,8 +8,19 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 
 namespace plait::perf::peer {
+
+// "64", "4K", "1.5M", "2G" as bytes (powers of 1024), for -b / -e.
+inline size_t parseBytes(const char* text) {
+  char* end = nullptr;
+  double v = std::strtod(text, &end);
+  if (*end == 'K' || *end == 'k') v *= 1024.0;
+  if (*end == 'M' || *end == 'm') v *= 1024.0 * 1024;
+  if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
+  return static_cast<size_t>(v);
+}
 
 enum class Coll { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAlltoAll, kGather, kScatter };
 

@@ -230,22 +230,13 @@ int runRank(const Algorithm& a, const Options& o, int rank, int size) {
   return wrongTotal == 0 ? 0 : 1;
 }
 
-size_t parseBytes(const char* text) {
-  char* end = nullptr;
-  double v = std::strtod(text, &end);
-  if (*end == 'K' || *end == 'k') v *= 1024.0;
-  if (*end == 'M' || *end == 'm') v *= 1024.0 * 1024;
-  if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
-  return static_cast<size_t>(v);
-}
-
 bool parseArgs(int argc, char** argv, Options* o) {
   int c;
   while ((c = getopt(argc, argv, "a:b:e:f:n:w:k:p:s:")) != -1) {
     switch (c) {
       case 'a': o->algorithm = optarg; break;
-      case 'b': o->minBytes = parseBytes(optarg); break;
-      case 'e': o->maxBytes = parseBytes(optarg); break;
+      case 'b': o->minBytes = plait::perf::peer::parseBytes(optarg); break;
+      case 'e': o->maxBytes = plait::perf::peer::parseBytes(optarg); break;
       case 'f': o->factor = std::strtod(optarg, nullptr); break;
       case 'n': o->iters = std::atoi(optarg); break;
       case 'w': o->warmup = std::atoi(optarg); break;

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/peer_reference.h"
 #include "perf_table.h"
 
 namespace {
@@ -30,22 +31,13 @@ struct Options {
   int iters = 20, warmup = 1;
 };
 
-size_t parseBytes(const char* text) {
-  char* end = nullptr;
-  double v = std::strtod(text, &end);
-  if (*end == 'K' || *end == 'k') v *= 1024.0;
-  if (*end == 'M' || *end == 'm') v *= 1024.0 * 1024;
-  if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
-  return static_cast<size_t>(v);
-}
-
 bool parseArgs(int argc, char** argv, Options* o) {
   int c;
   while ((c = getopt(argc, argv, "t:b:e:f:n:w:")) != -1) {
     switch (c) {
       case 't': o->threads = std::max(1, std::atoi(optarg)); break;
-      case 'b': o->minBytes = parseBytes(optarg); break;
-      case 'e': o->maxBytes = parseBytes(optarg); break;
+      case 'b': o->minBytes = plait::perf::peer::parseBytes(optarg); break;
+      case 'e': o->maxBytes = plait::perf::peer::parseBytes(optarg); break;
       case 'f': o->factor = std::strtod(optarg, nullptr); break;
       case 'n': o->iters = std::atoi(optarg); break;
       case 'w': o->warmup = std::atoi(optarg); break;

@@ -109,15 +109,6 @@ Measurement measure(const Options& o, float* send, float* recv, Counts k, bool i
 }
 
 // "64", "8K", "1M", "2G" (powers of 1024).
-size_t parseBytes(const char* text) {
-  char* end = nullptr;
-  double v = std::strtod(text, &end);
-  if (*end == 'K' || *end == 'k') v *= 1024.0;
-  if (*end == 'M' || *end == 'm') v *= 1024.0 * 1024;
-  if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
-  return static_cast<size_t>(v);
-}
-
 bool parseArgs(int argc, char** argv, Options* o) {
   const struct {
     const char* flag;
@@ -138,8 +129,8 @@ bool parseArgs(int argc, char** argv, Options* o) {
         if (!found) return false;
         break;
       }
-      case 'b': o->minBytes = parseBytes(optarg); break;
-      case 'e': o->maxBytes = parseBytes(optarg); break;
+      case 'b': o->minBytes = plait::perf::peer::parseBytes(optarg); break;
+      case 'e': o->maxBytes = plait::perf::peer::parseBytes(optarg); break;
       case 'f': o->factor = std::strtod(optarg, nullptr); break;
       case 'n': o->iters = std::atoi(optarg); break;
       case 'w': o->warmup = std::atoi(optarg); break;
