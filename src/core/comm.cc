@@ -117,6 +117,11 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   so.nChannels = nChannels;
   so.ring = FifoShape{static_cast<int>(kRingSteps.get()), static_cast<size_t>(kRingStepBytes.get())};
   so.mesh = FifoShape{static_cast<int>(kMeshSteps.get()), static_cast<size_t>(kMeshStepBytes.get())};
+  if (!so.ring.valid() || !so.mesh.valid())
+    return invalidArgument("PLAIT_SHM_STEPS / PLAIT_SHM_MESH_STEPS must be in [1, " + std::to_string(kMaxFifoSteps) +
+                           "] and PLAIT_SHM_STEP_BYTES / PLAIT_SHM_MESH_STEP_BYTES positive multiples of 64 (got " +
+                           std::to_string(so.ring.nSteps) + " x " + std::to_string(so.ring.stepBytes) + " and " +
+                           std::to_string(so.mesh.nSteps) + " x " + std::to_string(so.mesh.stepBytes) + ")");
   so.ringPrev = prevs;
   so.ringNext = nexts;
   for (int r = 0; r < nranks_; ++r) {

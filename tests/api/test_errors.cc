@@ -134,3 +134,15 @@ TEST_CASE("ncclMemAlloc / ncclMemFree", "[api]") {
   CHECK(ncclMemFree(&local) == ncclInvalidArgument);
   CHECK(ncclMemAlloc(&p, 0) == ncclInvalidArgument);
 }
+
+TEST_CASE("A malformed FIFO tunable is refused at creation, naming it", "[tunables]") {
+  setenv("PLAIT_SHM_STEPS", "64", 1);  // more steps than a FIFO has room for
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t comm = nullptr;
+  // Parameters are read once per process; this test runs in its own ctest
+  // invocation (see CMakeLists.txt) so the value is fresh.
+  CHECK(ncclCommInitRank(&comm, 1, id, 0) == ncclInvalidArgument);
+  CHECK(lastErrorMentions("PLAIT_SHM_STEPS"));
+  unsetenv("PLAIT_SHM_STEPS");
+}
