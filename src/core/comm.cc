@@ -44,16 +44,6 @@ int usableCores() {
 
 }  // namespace
 
-Result<std::unique_ptr<Communicator>> Communicator::create(const ncclUniqueId& id, int nranks, int rank,
-                                                           const CommOptions& options) {
-  if (nranks < 1) return invalidArgument("nranks is " + std::to_string(nranks) + "; it must be at least 1");
-  if (rank < 0 || rank >= nranks)
-    return invalidArgument("rank is " + std::to_string(rank) + "; it must be in [0, " + std::to_string(nranks) + ")");
-  auto comm = std::make_unique<Communicator>(rank, nranks);
-  PLAIT_RETURN_IF_ERROR(comm->init(id, options));
-  return comm;
-}
-
 Status Communicator::init(const ncclUniqueId& id, const CommOptions& options) {
   log::ScopedLogRank logRank(rank_);
   Status s = initSteps(id, options);

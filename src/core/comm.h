@@ -1,7 +1,7 @@
 // comm.h — the communicator: what one rank owns to talk to the others.
 //
-// A Communicator is created collectively (every rank of the id calls create
-// with its rank), owns its bootstrap, transports, channel workers and tuner,
+// A Communicator is created collectively (every rank of the id constructs
+// one and calls init with its rank), owns its bootstrap, transports, channel workers and tuner,
 // and runs operations. It is used by one thread at a time except abort(),
 // which any thread may call while an operation runs: every wait then returns
 // within milliseconds and the operation fails. After a failed operation the
@@ -35,9 +35,6 @@ struct CommOptions {
 
 class Communicator {
  public:
-  // Collective: blocks until all nranks ranks joined (or the deadline).
-  static Result<std::unique_ptr<Communicator>> create(const ncclUniqueId& id, int nranks, int rank,
-                                                      const CommOptions& options);
   // Two-step creation, so a handle exists (and abort() works) while init()
   // blocks: construct, then init() collectively.
   Communicator(int rank, int nranks) : rank_(rank), nranks_(nranks) {}

@@ -19,30 +19,12 @@
 #include <vector>
 
 #include "base/config.h"
+#include "wait_test_util.h"
 #include "base/shm.h"
 #include "transport/fifo.h"
 
 namespace plait {
 namespace {
-
-double msSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-// Sets PLAIT_WAIT_SPIN / PLAIT_WAIT_YIELD for a scope.
-class ScopedWaitTunables {
- public:
-  ScopedWaitTunables(const char* spin, const char* yield) {
-    setenv("PLAIT_WAIT_SPIN", spin, 1);
-    setenv("PLAIT_WAIT_YIELD", yield, 1);
-    config::resetAll();
-  }
-  ~ScopedWaitTunables() {
-    unsetenv("PLAIT_WAIT_SPIN");
-    unsetenv("PLAIT_WAIT_YIELD");
-    config::resetAll();
-  }
-};
 
 // ---- The payload of step `seq`: its size and every byte depend on seq. ----
 

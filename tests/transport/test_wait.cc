@@ -12,29 +12,11 @@
 #include <thread>
 
 #include "base/config.h"
+#include "wait_test_util.h"
 #include "base/wait.h"
 
 namespace plait {
 namespace {
-
-double msSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-// Sets PLAIT_WAIT_SPIN / PLAIT_WAIT_YIELD for a scope.
-class ScopedWaitTunables {
- public:
-  ScopedWaitTunables(const char* spin, const char* yield) {
-    setenv("PLAIT_WAIT_SPIN", spin, 1);
-    setenv("PLAIT_WAIT_YIELD", yield, 1);
-    config::resetAll();
-  }
-  ~ScopedWaitTunables() {
-    unsetenv("PLAIT_WAIT_SPIN");
-    unsetenv("PLAIT_WAIT_YIELD");
-    config::resetAll();
-  }
-};
 
 // Two threads hand a counter back and forth `rounds` times through two words.
 void pingPong(const WaitContext& ctx, int rounds) {

@@ -112,10 +112,6 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
   return own_->unlink();
 }
 
-void ShmTransport::setDeadline(Deadline deadline) {
-  for (auto& ctx : contexts_) ctx->deadline = deadline;
-}
-
 void ShmTransport::abort() {
   for (auto& s : ringSend_) if (s) s->abort();
   for (auto& r : ringRecv_) if (r) r->abort();

@@ -54,8 +54,6 @@ class ShmTransport {
   const FifoShape& ringShape() const { return options_.ring; }
   const FifoShape& meshShape() const { return options_.mesh; }
 
-  // Sets the deadline every wait of the next operation honours.
-  void setDeadline(Deadline deadline);
   // Marks every connector aborted so peers blocked on this rank fail fast.
   void abort();
 
