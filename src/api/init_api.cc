@@ -104,7 +104,19 @@ void retire(ncclComm_t comm, bool abort) {
   comm->closing.store(1, std::memory_order_seq_cst);
   if (abort) comm->impl->abort();
   if (comm->initThread.joinable()) comm->initThread.join();
-  while (comm->inflight.load(std::memory_order_seq_cst) != 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  // Calls still inside the communicator leave within their own wait bounds
+  // (at once after an abort). Past twice PLAIT_TIMEOUT something is wrong:
+  // keep the communicator's memory (a leak) rather than free it under them.
+  const plait::Deadline deadline = plait::Deadline::afterMs(2 * plait::operationTimeoutMs() + 1000);
+  while (comm->inflight.load(std::memory_order_seq_cst) != 0) {
+    if (deadline.expired()) {
+      PLAIT_WARN(kInit, "rank %d: %d call(s) still inside the communicator after %lld ms; leaving it allocated",
+                 comm->rank, comm->inflight.load(), static_cast<long long>(2 * plait::operationTimeoutMs() + 1000));
+      (void)comm->impl.release();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
   comm->impl.reset();
   comm->magic = ncclComm::kDead;
   // The shell stays allocated (and reachable, for leak checkers) as a tombstone.
