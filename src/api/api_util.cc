@@ -66,9 +66,11 @@ Status checkBuffer(const void* ptr, size_t count, const char* name) {
   return Status::ok();
 }
 
-Status checkStream(cudaStream_t stream) {
+Status checkStream(cudaStream_t stream, HostStream** out) {
+  *out = nullptr;
   if (stream == nullptr) return Status::ok();
-  if (HostStream::fromHandle(stream) == nullptr)
+  *out = HostStream::fromHandle(stream);
+  if (*out == nullptr)
     return invalidArgument("stream is not a Plait host stream (this build runs on host memory; pass NULL to block, "
                            "or a stream from plait::HostStream)");
   return Status::ok();

@@ -55,7 +55,8 @@ Status checkComm(ncclComm_t comm);           // live and initialised
 Status checkType(ncclDataType_t type, const char* name = "datatype");
 Status checkRoot(int root, int nranks, const char* name = "root");
 Status checkBuffer(const void* ptr, size_t count, const char* name);
-Status checkStream(cudaStream_t stream);
+// The host stream behind `stream` (null for the null stream) in *out.
+Status checkStream(cudaStream_t stream, HostStream** out);
 // Resolves a built-in or user op for `type` into task->op.
 Status resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t type, Task* task);
 

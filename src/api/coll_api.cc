@@ -38,7 +38,7 @@ Status prepare(ncclComm_t comm, Task* task, plait::CollType coll, const void* se
                size_t count, ncclDataType_t type, cudaStream_t stream) {
   PLAIT_RETURN_IF_ERROR(checkComm(comm));
   PLAIT_RETURN_IF_ERROR(checkType(type));
-  PLAIT_RETURN_IF_ERROR(checkStream(stream));
+  PLAIT_RETURN_IF_ERROR(checkStream(stream, &task->stream));
   if (count > (SIZE_MAX >> 4) / plait::typeSize(type))
     return plait::invalidArgument("count " + std::to_string(count) + " overflows the addressable size");
   task->coll = coll;
@@ -46,7 +46,6 @@ Status prepare(ncclComm_t comm, Task* task, plait::CollType coll, const void* se
   task->recvbuff = recvbuff;
   task->count = count;
   task->type = type;
-  task->stream = stream ? plait::HostStream::fromHandle(stream) : nullptr;
   return Status::ok();
 }
 
