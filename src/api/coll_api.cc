@@ -54,92 +54,122 @@ ncclResult_t rejected(const Status& s, const char* call) {
   return fail(s, call);
 }
 
+// Validates one collective and launches it. `sendCount`/`recvCount` are the
+// elements each buffer must hold on this rank (0: the buffer is not used
+// here and may be NULL).
+struct CollCall {
+  const char* name;
+  plait::CollType coll;
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  ncclDataType_t type;
+  bool reduces = false;
+  int op = 0;
+  int root = 0;
+  bool rooted = false;
+  int peer = -1;
+};
+
+ncclResult_t collective(ncclComm_t comm, const CollCall& c, size_t sendMult, size_t recvMult, bool sendAtRootOnly,
+                        bool recvAtRootOnly, cudaStream_t stream) {
+  Task task;
+  Status s = prepare(comm, &task, c.coll, c.sendbuff, c.recvbuff, c.count, c.type, stream);
+  if (s.isOk() && c.rooted) s = checkRoot(c.root, comm->nranks);
+  const bool p2p = c.coll == plait::CollType::kSend || c.coll == plait::CollType::kRecv;
+  if (s.isOk() && p2p) s = checkRoot(c.peer, comm->nranks, "peer");
+  if (s.isOk()) {
+    const bool isRoot = !c.rooted || comm->rank == c.root;
+    if (sendMult && (isRoot || !sendAtRootOnly)) s = checkBuffer(c.sendbuff, c.count * sendMult, "sendbuff");
+    if (s.isOk() && recvMult && (isRoot || !recvAtRootOnly))
+      s = checkBuffer(c.recvbuff, c.count * recvMult, "recvbuff");
+  }
+  if (s.isOk() && c.reduces) s = resolveOp(comm, static_cast<ncclRedOp_t>(c.op), c.type, &task);
+  if (!s.isOk()) return rejected(s, c.name);
+  task.root = c.root;
+  task.peer = c.peer;
+  return launch(comm, task, c.name);
+}
+
+size_t ranksOf(ncclComm_t comm) { return comm != nullptr && checkComm(comm).isOk() ? comm->nranks : 1; }
+
 }  // namespace
 
 PLAIT_API(ncclResult_t, AllReduce,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
            ncclComm_t comm, cudaStream_t stream)) {
-  const char* call = "ncclAllReduce";
-  Task task;
-  Status s = prepare(comm, &task, plait::CollType::kAllReduce, sendbuff, recvbuff, count, datatype, stream);
-  if (s.isOk()) s = checkBuffer(sendbuff, count, "sendbuff");
-  if (s.isOk()) s = checkBuffer(recvbuff, count, "recvbuff");
-  if (s.isOk()) s = resolveOp(comm, op, datatype, &task);
-  if (!s.isOk()) return rejected(s, call);
-  return launch(comm, task, call);
+  CollCall c{"ncclAllReduce", plait::CollType::kAllReduce, sendbuff, recvbuff, count, datatype, true, op};
+  return collective(comm, c, 1, 1, false, false, stream);
 }
-
-namespace {
-
-// The collectives that later work completes share one path for now.
-ncclResult_t notYet(ncclComm_t comm, plait::CollType coll, const void* sendbuff, void* recvbuff, size_t count,
-                    ncclDataType_t type, cudaStream_t stream, const char* call) {
-  Task task;
-  Status s = prepare(comm, &task, coll, sendbuff, recvbuff, count, type, stream);
-  if (!s.isOk()) return rejected(s, call);
-  return rejected(plait::invalidUsage(std::string(call) + " is not supported yet by Plait"), call);
-}
-
-}  // namespace
 
 PLAIT_API(ncclResult_t, Reduce,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root,
            ncclComm_t comm, cudaStream_t stream)) {
-  return notYet(comm, plait::CollType::kReduce, sendbuff, recvbuff, count, datatype, stream, "ncclReduce");
+  CollCall c{"ncclReduce", plait::CollType::kReduce, sendbuff, recvbuff, count, datatype, true, op, root, true};
+  return collective(comm, c, 1, 1, false, /*recvAtRootOnly=*/true, stream);
 }
 
 PLAIT_API(ncclResult_t, Bcast,
           (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)) {
-  return notYet(comm, plait::CollType::kBroadcast, buff, buff, count, datatype, stream, "ncclBcast");
+  CollCall c{"ncclBcast", plait::CollType::kBroadcast, buff, buff, count, datatype, false, 0, root, true};
+  return collective(comm, c, 1, 1, /*sendAtRootOnly=*/true, false, stream);
 }
 
 PLAIT_API(ncclResult_t, Broadcast,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
            cudaStream_t stream)) {
-  return notYet(comm, plait::CollType::kBroadcast, sendbuff, recvbuff, count, datatype, stream, "ncclBroadcast");
+  CollCall c{"ncclBroadcast", plait::CollType::kBroadcast, sendbuff, recvbuff, count, datatype, false, 0, root, true};
+  return collective(comm, c, 1, 1, /*sendAtRootOnly=*/true, false, stream);
 }
 
 PLAIT_API(ncclResult_t, ReduceScatter,
           (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op,
            ncclComm_t comm, cudaStream_t stream)) {
-  return notYet(comm, plait::CollType::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, stream,
-                "ncclReduceScatter");
+  CollCall c{"ncclReduceScatter", plait::CollType::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, true, op};
+  return collective(comm, c, ranksOf(comm), 1, false, false, stream);
 }
 
 PLAIT_API(ncclResult_t, AllGather,
           (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm,
            cudaStream_t stream)) {
-  return notYet(comm, plait::CollType::kAllGather, sendbuff, recvbuff, sendcount, datatype, stream,
-                "ncclAllGather");
+  CollCall c{"ncclAllGather", plait::CollType::kAllGather, sendbuff, recvbuff, sendcount, datatype};
+  return collective(comm, c, 1, ranksOf(comm), false, false, stream);
 }
 
 PLAIT_API(ncclResult_t, AlltoAll,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
            cudaStream_t stream)) {
-  return notYet(comm, plait::CollType::kAlltoAll, sendbuff, recvbuff, count, datatype, stream, "ncclAlltoAll");
+  CollCall c{"ncclAlltoAll", plait::CollType::kAlltoAll, sendbuff, recvbuff, count, datatype};
+  return collective(comm, c, ranksOf(comm), ranksOf(comm), false, false, stream);
 }
 
 PLAIT_API(ncclResult_t, Gather,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
            cudaStream_t stream)) {
-  return notYet(comm, plait::CollType::kGather, sendbuff, recvbuff, count, datatype, stream, "ncclGather");
+  CollCall c{"ncclGather", plait::CollType::kGather, sendbuff, recvbuff, count, datatype, false, 0, root, true};
+  return collective(comm, c, 1, ranksOf(comm), false, /*recvAtRootOnly=*/true, stream);
 }
 
 PLAIT_API(ncclResult_t, Scatter,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
            cudaStream_t stream)) {
-  return notYet(comm, plait::CollType::kScatter, sendbuff, recvbuff, count, datatype, stream, "ncclScatter");
+  CollCall c{"ncclScatter", plait::CollType::kScatter, sendbuff, recvbuff, count, datatype, false, 0, root, true};
+  return collective(comm, c, ranksOf(comm), 1, /*sendAtRootOnly=*/true, false, stream);
 }
 
 PLAIT_API(ncclResult_t, Send,
           (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
            cudaStream_t stream)) {
-  return notYet(comm, plait::CollType::kSend, sendbuff, nullptr, count, datatype, stream, "ncclSend");
+  CollCall c{"ncclSend", plait::CollType::kSend, sendbuff, nullptr, count, datatype};
+  c.peer = peer;
+  return collective(comm, c, 1, 0, false, false, stream);
 }
 
 PLAIT_API(ncclResult_t, Recv,
           (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream)) {
-  return notYet(comm, plait::CollType::kRecv, nullptr, recvbuff, count, datatype, stream, "ncclRecv");
+  CollCall c{"ncclRecv", plait::CollType::kRecv, nullptr, recvbuff, count, datatype};
+  c.peer = peer;
+  return collective(comm, c, 0, 1, false, false, stream);
 }
 
 PLAIT_API(ncclResult_t, GroupStart, (void)) {
@@ -149,8 +179,7 @@ PLAIT_API(ncclResult_t, GroupStart, (void)) {
 
 PLAIT_API(ncclResult_t, GroupEnd, (void)) {
   Status s = plait::group::end([](plait::Communicator* comm, std::vector<Task>& tasks) {
-    for (const Task& t : tasks) PLAIT_RETURN_IF_ERROR(comm->run(t));
-    return Status::ok();
+    return comm->runGroup(tasks);
   });
   return fail(s, "ncclGroupEnd");
 }

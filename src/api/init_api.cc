@@ -218,8 +218,32 @@ PLAIT_API(ncclResult_t, CommRevoke, (ncclComm_t comm, int revokeFlags)) {
   return fail(plait::invalidUsage("ncclCommRevoke is not supported yet by Plait"), "ncclCommRevoke");
 }
 
+// Collective over the parent: every rank calls it. Ranks of one color form a
+// new communicator ordered by key (ties by parent rank); NCCL_SPLIT_NOCOLOR
+// gives NULL. The child has its own bootstrap and transports (splitShare is
+// accepted; resources are not shared yet). Without a config the child keeps
+// the parent's blocking mode.
 PLAIT_API(ncclResult_t, CommSplit, (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config)) {
-  return fail(plait::invalidUsage("ncclCommSplit is not supported yet by Plait"), "ncclCommSplit");
+  const char* call = "ncclCommSplit";
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  if (newcomm == nullptr) return fail(plait::invalidArgument("newcomm (the output pointer) is NULL"), call);
+  *newcomm = nullptr;
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+    return fail(plait::invalidArgument("color is " + std::to_string(color) +
+                                       "; must be ≥ 0 or NCCL_SPLIT_NOCOLOR"),
+                call);
+  plait::CommOptions probe;
+  if (Status s = readConfig(config, &probe); !s.isOk()) return fail(s, call);
+  plait::Result<plait::Communicator::SplitResult> split = plait::invalidUsage("comm is being destroyed or aborted");
+  {
+    CommUse use(comm);
+    if (use.usable()) split = comm->impl->split(color, key);
+  }
+  if (!split.isOk()) return fail(split.status(), call);
+  if (!split->member) return ncclSuccess;
+  ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
+  inherited.blocking = comm->blocking ? 1 : 0;
+  return initRank(newcomm, split->nranks, split->id, split->rank, config ? config : &inherited, call);
 }
 
 PLAIT_API(ncclResult_t, CommShrink,

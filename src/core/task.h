@@ -26,6 +26,12 @@ enum class CollType : uint8_t {
 
 const char* collName(CollType coll);
 
+// Operations run as batches of sends and receives (core/p2p.cc).
+inline bool isPointToPoint(CollType c) {
+  return c == CollType::kSend || c == CollType::kRecv || c == CollType::kAlltoAll || c == CollType::kGather ||
+         c == CollType::kScatter;
+}
+
 struct Task {
   CollType coll = CollType::kAllReduce;
   const void* sendbuff = nullptr;

@@ -59,10 +59,21 @@ double Tuner::oneShotUs(size_t bytes) const {
   return kCallUs + kHopUs + static_cast<double>(bytes) * in_.nranks / kOneShotBytesPerUs;
 }
 
-double Tuner::ringUs(size_t bytes, int nChannels) const {
+// Bytes each link carries and hand-offs on the critical path, per
+// collective: a ring AllReduce is a reduce-scatter and an all-gather;
+// Broadcast and Reduce are chains that carry the whole buffer once.
+double Tuner::ringUs(CollType coll, size_t bytes, int nChannels) const {
   const int n = in_.nranks;
-  const double busBytes = 2.0 * (n - 1) / n * static_cast<double>(bytes);
-  return kCallUs + 2.0 * (n - 1) * kHopUs + busBytes / (kRingBytesPerUs * nChannels);
+  double busFactor = 2.0 * (n - 1) / n;
+  double hops = 2.0 * (n - 1);
+  if (coll == CollType::kAllGather || coll == CollType::kReduceScatter) {
+    busFactor = static_cast<double>(n - 1) / n;
+    hops = n - 1;
+  } else if (coll == CollType::kBroadcast || coll == CollType::kReduce) {
+    busFactor = 1.0;
+    hops = n - 1;
+  }
+  return kCallUs + hops * kHopUs + busFactor * static_cast<double>(bytes) / (kRingBytesPerUs * nChannels);
 }
 
 void Tuner::fillRingSlicing(size_t bytes, Plan* plan) const {
@@ -98,7 +109,7 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
   // More channels only pay when each gets a useful share of the buffer.
   int channels = in_.nChannels;
   while (channels > 1 && bytes / static_cast<size_t>(channels) < (size_t(256) << 10)) --channels;
-  const double tRing = ringUs(bytes, channels);
+  const double tRing = ringUs(task.coll, bytes, channels);
   plan.algo = tOne <= tRing ? Algorithm::kOneShot : Algorithm::kRing;
   if (forced_ == static_cast<int>(Algorithm::kRing)) plan.algo = Algorithm::kRing;
   if (forced_ == static_cast<int>(Algorithm::kOneShot) && oneShotFits) plan.algo = Algorithm::kOneShot;

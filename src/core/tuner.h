@@ -53,7 +53,7 @@ class Tuner {
 
  private:
   double oneShotUs(size_t bytes) const;
-  double ringUs(size_t bytes, int nChannels) const;
+  double ringUs(CollType coll, size_t bytes, int nChannels) const;
   void fillRingSlicing(size_t bytes, Plan* plan) const;
 
   TunerInputs in_;

@@ -28,7 +28,12 @@ size_t ShmTransport::lineOffset(int fromLocalIndex) const {
          static_cast<size_t>(fromLocalIndex) * alignUp(sizeof(LineFifoMemory), 4096);
 }
 
-size_t ShmTransport::segmentBytes() const { return lineOffset(static_cast<int>(options_.localRanks.size())); }
+size_t ShmTransport::p2pOffset(int fromLocalIndex) const {
+  return lineOffset(static_cast<int>(options_.localRanks.size())) +
+         static_cast<size_t>(fromLocalIndex) * alignUp(options_.p2p.totalBytes(), 4096);
+}
+
+size_t ShmTransport::segmentBytes() const { return p2pOffset(static_cast<int>(options_.localRanks.size())); }
 
 WaitContext* ShmTransport::newContext(int peer, const char* what) {
   auto ctx = std::make_unique<WaitContext>();
@@ -97,6 +102,8 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
   meshRecv_.resize(nranks);
   lineSend_.resize(nranks);
   lineRecv_.resize(nranks);
+  p2pSend_.resize(nranks);
+  p2pRecv_.resize(nranks);
   const int me = localIndex_[rank_];
   for (int peer : options_.localRanks) {
     if (peer == rank_) continue;
@@ -107,6 +114,10 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
     lineSend_[peer] = std::make_unique<LineSender>(at(peerBase[peer], lineOffset(me)), newContext(peer, "send"));
     lineRecv_[peer] =
         std::make_unique<LineReceiver>(at(own_->data(), lineOffset(localIndex_[peer])), newContext(peer, "receive"));
+    p2pSend_[peer] = std::make_unique<FifoSender>(at(peerBase[peer], p2pOffset(me)), options_.p2p,
+                                                  newContext(peer, "point-to-point send"));
+    p2pRecv_[peer] = std::make_unique<FifoReceiver>(at(own_->data(), p2pOffset(localIndex_[peer])), options_.p2p,
+                                                    newContext(peer, "point-to-point receive"));
   }
   PLAIT_RETURN_IF_ERROR(oob.barrier(deadline));
   return own_->unlink();
@@ -117,6 +128,8 @@ void ShmTransport::abort() {
   for (auto& r : ringRecv_) if (r) r->abort();
   for (auto& s : meshSend_) if (s) s->abort();
   for (auto& r : meshRecv_) if (r) r->abort();
+  for (auto& s : p2pSend_) if (s) s->abort();
+  for (auto& r : p2pRecv_) if (r) r->abort();
   for (auto& s : lineSend_) if (s) s->abort();
   for (auto& r : lineRecv_) if (r) r->abort();
 }

@@ -2,7 +2,8 @@
 //
 // Each rank creates one shared segment that holds every FIFO it receives on:
 // one ring FIFO per channel (from its ring predecessor) and one mesh FIFO per
-// other local rank (for small-message and point-to-point traffic). Senders
+// other local rank (for small-message collectives) and one point-to-point FIFO
+// per other local rank. Senders
 // map their receivers' segments, so payloads are written into the memory of
 // the rank that reads them. Segments are unlinked as soon as every peer has
 // mapped them: a process that dies later leaks nothing.
@@ -25,6 +26,7 @@ struct ShmTransportOptions {
   int nChannels = 1;
   FifoShape ring{8, 128 << 10};
   FifoShape mesh{4, 32 << 10};
+  FifoShape p2p{8, 64 << 10};  // point-to-point FIFOs (Send/Recv, AlltoAll, Gather, Scatter)
   std::vector<int> ringPrev;  // per channel: the rank this rank receives from
   std::vector<int> ringNext;  // per channel: the rank this rank sends to
   std::vector<int> localRanks;  // ranks on this host, ascending (includes ours)
@@ -47,12 +49,17 @@ class ShmTransport {
   // Null when peer is not on this host (or is this rank).
   FifoSender* meshSend(int peer) { return meshSend_[peer].get(); }
   FifoReceiver* meshRecv(int peer) { return meshRecv_[peer].get(); }
+  // Point-to-point connectors to a local peer, apart from the mesh so that
+  // unmatched user messages can never be mistaken for a collective's data.
+  FifoSender* p2pSend(int peer) { return p2pSend_[peer].get(); }
+  FifoReceiver* p2pRecv(int peer) { return p2pRecv_[peer].get(); }
   // One-cache-line channels to local peers, for messages ≤ kLinePayloadBytes.
   LineSender* lineSend(int peer) { return lineSend_[peer].get(); }
   LineReceiver* lineRecv(int peer) { return lineRecv_[peer].get(); }
   bool isLocal(int peer) const { return localIndex_[peer] >= 0; }
   const FifoShape& ringShape() const { return options_.ring; }
   const FifoShape& meshShape() const { return options_.mesh; }
+  const FifoShape& p2pShape() const { return options_.p2p; }
 
   // Marks every connector aborted so peers blocked on this rank fail fast.
   void abort();
@@ -62,6 +69,7 @@ class ShmTransport {
   size_t ringOffset(int channel) const;
   size_t meshOffset(int fromLocalIndex) const;
   size_t lineOffset(int fromLocalIndex) const;
+  size_t p2pOffset(int fromLocalIndex) const;
   size_t segmentBytes() const;
   Status mapPeers(OobExchange& oob, Deadline deadline);
   WaitContext* newContext(int peer, const char* what);
@@ -72,8 +80,8 @@ class ShmTransport {
   std::optional<SharedSegment> own_;
   std::vector<SharedSegment> peerSegments_;
   std::vector<std::unique_ptr<WaitContext>> contexts_;
-  std::vector<std::unique_ptr<FifoSender>> ringSend_, meshSend_;
-  std::vector<std::unique_ptr<FifoReceiver>> ringRecv_, meshRecv_;
+  std::vector<std::unique_ptr<FifoSender>> ringSend_, meshSend_, p2pSend_;
+  std::vector<std::unique_ptr<FifoReceiver>> ringRecv_, meshRecv_, p2pRecv_;
   std::vector<std::unique_ptr<LineSender>> lineSend_;
   std::vector<std::unique_ptr<LineReceiver>> lineRecv_;
 };

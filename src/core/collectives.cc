@@ -1,0 +1,122 @@
+// collectives.cc — the ring collectives other than AllReduce on the host:
+// AllGather, ReduceScatter, Broadcast and Reduce, each channel running the
+// schedule of algorithms/ring_collectives.h over host primitives.
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/ring_collectives.h"
+#include "algorithms/types.h"
+#include "core/comm.h"
+
+namespace plait {
+namespace {
+
+bool isReduction(CollType c) {
+  return c == CollType::kAllReduce || c == CollType::kReduce || c == CollType::kReduceScatter;
+}
+
+}  // namespace
+
+HostPrimitives Communicator::makePrimitives(const Task& task, const Plan& plan, int channel) const {
+  const size_t elem = typeSize(task.type);
+  PrimitivesConfig pc;
+  pc.recv = shm_->ringRecv(channel);
+  pc.send = shm_->ringSend(channel);
+  pc.fn = reduceCopyFn(task.type, isReduction(task.coll) ? task.op.kind : RedOpKind::kSum);
+  pc.op = isReduction(task.coll) ? task.op : RedOp{};
+  pc.elemSize = elem;
+  pc.sliceBytes = std::max(elem, std::min(plan.sliceBytes, shm_->ringShape().stepBytes) / elem * elem);
+  pc.nonTemporalOutput = plan.nonTemporal;
+  return HostPrimitives(pc);
+}
+
+// A rank sends a whole chunk before it first receives, then needs one more
+// free step to go on: a chunk of nSteps slices or more would fill every FIFO
+// of the ring and deadlock it. Chunks stay at half the FIFO, whatever the
+// tuner or the user asked for.
+size_t Communicator::ringChunkElems(const Plan& plan, size_t sliceBytes, size_t elem, size_t align) const {
+  const size_t sliceElems = std::max<size_t>(1, sliceBytes / elem);
+  const size_t maxChunk = sliceElems * std::max(1, shm_->ringShape().nSteps / 2);
+  const size_t chunk = std::min(maxChunk, std::max(align, plan.chunkBytes / elem / align * align));
+  return std::max<size_t>(1, chunk / align * align);
+}
+
+// One rank: the collective is a copy (with the op's scaling for reductions).
+Status Communicator::runLocalCopy(const Task& task) {
+  if (task.count == 0) return Status::ok();
+  if (isReduction(task.coll)) {
+    ReduceCopyArgs args;
+    args.srcs[0] = task.sendbuff;
+    args.dsts[0] = task.recvbuff;
+    args.count = task.count;
+    args.preOpSrc0 = task.op.kind == RedOpKind::kPreMulSum;
+    args.postOp = true;
+    reduceCopyFn(task.type, task.op.kind)(task.op, args);
+  } else if (task.sendbuff != task.recvbuff) {
+    std::memmove(task.recvbuff, task.sendbuff, task.count * typeSize(task.type));
+  }
+  return Status::ok();
+}
+
+Status Communicator::runRingCollective(const Task& task, const Plan& plan) {
+  if (!workers_ || plan.nChannels <= 1) return runRingCollectiveChannel(task, plan, 0);
+  return workers_->runChannels(plan.nChannels, [&](int c) { return runRingCollectiveChannel(task, plan, c); });
+}
+
+Status Communicator::runRingCollectiveChannel(const Task& task, const Plan& plan, int channel) {
+  const size_t elem = typeSize(task.type);
+  const size_t align = std::max<size_t>(1, 64 / elem);
+  size_t begin = 0, end = 0;
+  channelPart(task.count, align, plan.nChannels, channel, &begin, &end);
+  if (begin == end) return Status::ok();
+
+  HostPrimitives prims = makePrimitives(task, plan, channel);
+  RingArgs a;
+  a.count = end - begin;
+  a.blockStride = task.count;
+  a.elemSize = elem;
+  a.nranks = nranks_;
+  a.position = ringPositions_[channel];
+  a.ring = rings_[channel].data();
+  a.rootPosition = static_cast<int>(std::find(rings_[channel].begin(), rings_[channel].end(), task.root) -
+                                    rings_[channel].begin());
+  const size_t sliceBytes = std::min(plan.sliceBytes, shm_->ringShape().stepBytes);
+  a.chunkElems = ringChunkElems(plan, sliceBytes, elem, align);
+  // Unused buffers may be null (a Reduce's output off the root, a
+  // Broadcast's input off it): offset only real pointers.
+  const char* in = static_cast<const char*>(task.sendbuff);
+  char* out = static_cast<char*>(task.recvbuff);
+  if (in == nullptr) in = out;
+  if (out == nullptr) out = const_cast<char*>(in);
+  bool ok = false;
+  switch (task.coll) {
+    case CollType::kAllGather:
+      a.input = in + begin * elem;
+      a.output = out + begin * elem;  // plus each rank's block offset, in the schedule
+      a.inPlace = task.sendbuff == static_cast<char*>(task.recvbuff) + static_cast<size_t>(rank_) * task.count * elem;
+      ok = ringAllGather(prims, a);
+      break;
+    case CollType::kReduceScatter:
+      a.input = in + begin * elem;
+      a.output = out + begin * elem;
+      ok = ringReduceScatter(prims, a);
+      break;
+    case CollType::kBroadcast:
+      a.input = in + begin * elem;
+      a.output = out + begin * elem;
+      a.inPlace = task.sendbuff == task.recvbuff;
+      ok = ringBroadcast(prims, a);
+      break;
+    case CollType::kReduce:
+      a.input = in + begin * elem;
+      a.output = out + begin * elem;
+      ok = ringReduce(prims, a);
+      break;
+    default:
+      return internalError(std::string(collName(task.coll)) + " has no ring schedule");
+  }
+  if (!ok) return prims.status();
+  return Status::ok();
+}
+
+}  // namespace plait
