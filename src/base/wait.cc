@@ -162,6 +162,7 @@ std::string describePeer(const WaitContext& ctx) { return peerText(ctx); }
 Status abortedError(const WaitContext& ctx) { return abortedStatus(ctx); }
 
 Status peerAbortedError(const WaitContext& ctx) {
+  if (ctx.peerFailure != nullptr) return remoteError(peerText(ctx) + ": " + ctx.peerFailure + " during " + whatText(ctx));
   return remoteError(peerText(ctx) + " aborted during " + whatText(ctx));
 }
 

@@ -51,6 +51,11 @@ struct WaitContext {
   int peerRank = -1;     // for messages
   bool oversubscribed = false;  // more local ranks than cores: never spin, go straight to yield/futex
   const char* what = "";  // e.g. "allreduce recv from rank 3", for messages
+  // Why the other end of a connector went away, when it knows better than
+  // "aborted" (a network proxy: "connection to 10.0.0.2:41000 closed by the
+  // peer"). Written before the other end's abort mark is stored with
+  // release, read only after it was seen; null: plain "aborted".
+  const char* peerFailure = nullptr;
 };
 
 namespace detail {

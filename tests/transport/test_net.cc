@@ -1,0 +1,256 @@
+// The network transport over loopback, inside one process: the socket
+// transport's non-blocking API (net.h contract), then NetTransport's
+// connectors and proxy with two "ranks" as threads that call each other
+// remote.
+#include <unistd.h>
+
+#include <barrier>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/config.h"
+#include "transport/net/net_plugin.h"
+#include "transport/net/net_transport.h"
+
+using namespace plait;
+
+namespace {
+
+const PlaitNetV8& loopbackSocketNet() {
+  static const PlaitNetV8* net = [] {
+    setenv("PLAIT_SOCKET_IFNAME", "lo", 1);
+    const PlaitNetV8* n = socketNet();
+    REQUIRE(n->init(netLogger) == 0);
+    return n;
+  }();
+  return *net;
+}
+
+// Connects one send comm to one recv comm over device 0, driving both sides.
+void connectPair(const PlaitNetV8& net, void** sendComm, void** recvComm) {
+  char handle[kNetHandleBytes];
+  void* listenComm = nullptr;
+  REQUIRE(net.listen(0, handle, &listenComm) == 0);
+  *sendComm = *recvComm = nullptr;
+  PlaitNetDeviceHandle* dh = nullptr;
+  Deadline d = Deadline::afterMs(5000);
+  while ((*sendComm == nullptr || *recvComm == nullptr) && !d.expired()) {
+    if (*sendComm == nullptr) REQUIRE(net.connect(0, handle, sendComm, &dh) == 0);
+    if (*recvComm == nullptr) REQUIRE(net.accept(listenComm, recvComm, &dh) == 0);
+  }
+  REQUIRE(*sendComm != nullptr);
+  REQUIRE(*recvComm != nullptr);
+  REQUIRE(net.closeListen(listenComm) == 0);
+}
+
+// Tests a request until done; returns the size (or -1 on error). `other`,
+// if not null, is tested meanwhile (the send side progresses only when tested).
+int waitRequest(const PlaitNetV8& net, void* req, void* other = nullptr) {
+  Deadline d = Deadline::afterMs(10000);
+  while (!d.expired()) {
+    int done = 0, size = 0;
+    if (other != nullptr) {
+      int otherDone = 0;
+      if (net.test(other, &otherDone, nullptr) != 0) other = nullptr;
+      if (otherDone) other = nullptr;
+    }
+    if (net.test(req, &done, &size) != 0) return -1;
+    if (done) return size;
+  }
+  FAIL("request never completed");
+  return -1;
+}
+
+// Two ranks as threads.
+class ThreadOob final : public OobExchange {
+ public:
+  struct Shared {
+    std::mutex mu;
+    std::barrier<> sync{2};
+    std::vector<char> data;
+  };
+  ThreadOob(Shared& s, int rank) : s_(s), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int nranks() const override { return 2; }
+  Status allGather(void* data, size_t bytes, Deadline) override {
+    {
+      std::lock_guard<std::mutex> lock(s_.mu);
+      s_.data.resize(bytes * 2);
+      std::memcpy(&s_.data[bytes * rank_], static_cast<char*>(data) + bytes * rank_, bytes);
+    }
+    s_.sync.arrive_and_wait();
+    std::memcpy(data, s_.data.data(), bytes * 2);
+    s_.sync.arrive_and_wait();
+    return Status::ok();
+  }
+  Status barrier(Deadline) override {
+    s_.sync.arrive_and_wait();
+    return Status::ok();
+  }
+
+ private:
+  Shared& s_;
+  int rank_;
+};
+
+NetTransportOptions twoRankOptions(int rank, const std::atomic<uint32_t>* abortFlag) {
+  NetTransportOptions o;
+  o.nChannels = 1;
+  o.ring = FifoShape{4, 4096};
+  o.p2p = FifoShape{4, 4096};
+  o.ringPrev = {1 - rank};
+  o.ringNext = {1 - rank};
+  o.remote = {rank != 0, rank != 1};
+  o.abortFlag = abortFlag;
+  o.waitTimeoutMs = 10000;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("socket net: devices and properties follow NCCL_SOCKET_IFNAME", "[net]") {
+  const PlaitNetV8& net = loopbackSocketNet();
+  int ndev = 0;
+  REQUIRE(net.devices(&ndev) == 0);
+  REQUIRE(ndev == 1);
+  PlaitNetProperties props{};
+  REQUIRE(net.getProperties(0, &props) == 0);
+  CHECK(std::string(props.name) == "lo");
+  CHECK(props.ptrSupport == kNetPtrHost);
+  CHECK(props.maxRecvs == 1);
+  CHECK(net.getProperties(1, &props) != 0);
+}
+
+TEST_CASE("socket net: messages of every size arrive in order over several streams", "[net]") {
+  setenv("PLAIT_SOCKET_NSTREAMS", GENERATE("1", "3"), 1);
+  setenv("PLAIT_SOCKET_MIN_PART_BYTES", "4096", 1);
+  plait::config::resetAll();
+  const PlaitNetV8& net = loopbackSocketNet();
+  void *sc, *rc;
+  connectPair(net, &sc, &rc);
+  const std::vector<int> sizes = {0, 1, 7, 4096, 4097, 3 * 4096 + 5, 1 << 20};
+  std::vector<std::vector<char>> out, in;
+  std::vector<void*> sreq, rreq;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out.emplace_back(sizes[i]);
+    for (int k = 0; k < sizes[i]; ++k) out[i][k] = static_cast<char>(k * 7 + i);
+    in.emplace_back((1 << 20) + 16, 0);
+    void* data = in[i].data();
+    int cap = static_cast<int>(in[i].size());
+    int tag = 0;
+    void* mh = nullptr;
+    void* r = nullptr;
+    REQUIRE(net.irecv(rc, 1, &data, &cap, &tag, &mh, &r) == 0);
+    REQUIRE(r != nullptr);
+    rreq.push_back(r);
+    void* s = nullptr;
+    REQUIRE(net.isend(sc, out[i].data(), sizes[i], 0, nullptr, &s) == 0);
+    REQUIRE(s != nullptr);
+    sreq.push_back(s);
+  }
+  // Complete in reverse order of posting: test() must progress the others too.
+  for (size_t i = sizes.size(); i-- > 0;) {
+    REQUIRE(waitRequest(net, sreq[i]) == sizes[i]);
+    REQUIRE(waitRequest(net, rreq[i]) == sizes[i]);
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) CHECK(std::memcmp(in[i].data(), out[i].data(), sizes[i]) == 0);
+  net.closeSend(sc);
+  net.closeRecv(rc);
+  unsetenv("PLAIT_SOCKET_NSTREAMS");
+  unsetenv("PLAIT_SOCKET_MIN_PART_BYTES");
+  plait::config::resetAll();
+}
+
+TEST_CASE("socket net: a message larger than the receive fails; a closed peer is named", "[net]") {
+  const PlaitNetV8& net = loopbackSocketNet();
+  void *sc, *rc;
+  connectPair(net, &sc, &rc);
+  std::vector<char> buf(100);
+  void* data = buf.data();
+  int cap = 10, tag = 0;
+  void* mh = nullptr;
+  void *r = nullptr, *s = nullptr;
+  REQUIRE(net.irecv(rc, 1, &data, &cap, &tag, &mh, &r) == 0);
+  REQUIRE(net.isend(sc, buf.data(), 100, 0, nullptr, &s) == 0);
+  CHECK(waitRequest(net, r, s) == -1);
+  CHECK_THAT(takeNetError(), Catch::Contains("exceeds the posted receive of 10 bytes"));
+  net.closeRecv(rc);
+  net.closeSend(sc);
+
+  connectPair(net, &sc, &rc);
+  cap = 100;
+  REQUIRE(net.irecv(rc, 1, &data, &cap, &tag, &mh, &r) == 0);
+  net.closeSend(sc);
+  CHECK(waitRequest(net, r) == -1);
+  CHECK_THAT(takeNetError(), Catch::Contains("connection to 127.0.0.1:") && Catch::Contains("closed by the peer"));
+  net.closeRecv(rc);
+}
+
+TEST_CASE("net transport: ring and point-to-point FIFOs between two ranks over the proxy", "[net]") {
+  loopbackSocketNet();
+  ThreadOob::Shared shared;
+  std::atomic<uint32_t> abortFlags[2] = {0, 0};
+  std::unique_ptr<NetTransport> t[2];
+  std::thread threads[2];
+  for (int r = 0; r < 2; ++r)
+    threads[r] = std::thread([&, r] {
+      ThreadOob oob(shared, r);
+      auto res = NetTransport::connect(oob, twoRankOptions(r, &abortFlags[r]), Deadline::afterMs(10000));
+      REQUIRE(res.isOk());
+      t[r] = std::move(res).value();
+    });
+  for (auto& th : threads) th.join();
+  REQUIRE(t[0]->ringSend(0) != nullptr);
+  REQUIRE(t[1]->ringRecv(0) != nullptr);
+  CHECK_THAT(t[0]->description(), Catch::StartsWith("NET/Socket/lo"));
+
+  constexpr int kSteps = 200;
+  std::thread sender([&] {
+    FifoSender* f = t[0]->ringSend(0);
+    for (int i = 0; i < kSteps; ++i) {
+      auto buf = f->acquire();
+      REQUIRE(buf.isOk());
+      const size_t n = static_cast<size_t>(i * 37 % 4096);
+      std::memset(buf.value(), i & 0xff, n);
+      f->post(n);
+    }
+    FifoSender* p = t[0]->p2pSend(1);
+    auto buf = p->acquire();
+    REQUIRE(buf.isOk());
+    std::memcpy(buf.value(), "hello", 5);
+    p->post(5 | (uint64_t(1) << 63));
+  });
+  FifoReceiver* f = t[1]->ringRecv(0);
+  for (int i = 0; i < kSteps; ++i) {
+    size_t n = 0;
+    auto buf = f->acquire(&n);
+    REQUIRE(buf.isOk());
+    REQUIRE(n == static_cast<size_t>(i * 37 % 4096));
+    for (size_t k = 0; k < n; ++k) REQUIRE(buf.value()[k] == static_cast<char>(i & 0xff));
+    f->release();
+  }
+  size_t n = 0;
+  auto p = t[1]->p2pRecv(0)->acquire(&n);
+  REQUIRE(p.isOk());
+  CHECK(n == (5 | (uint64_t(1) << 63)));
+  CHECK(std::memcmp(p.value(), "hello", 5) == 0);
+  t[1]->p2pRecv(0)->release();
+  sender.join();
+
+  // Rank 0 aborts: rank 1's ring receive fails naming rank 0 and the connection.
+  abortFlags[0] = 1;
+  t[0]->abort();
+  auto fail = t[1]->ringRecv(0)->acquire(&n);
+  REQUIRE_FALSE(fail.isOk());
+  CHECK(fail.status().code() == Code::kRemoteError);
+  CHECK_THAT(fail.status().message(), Catch::Contains("rank 0: connection to 127.0.0.1:") &&
+                                          Catch::Contains("closed by the peer during ring receive"));
+  t[0].reset();
+  t[1].reset();
+}

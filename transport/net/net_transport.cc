@@ -1,0 +1,218 @@
+// net_transport.cc — making the network connections (the data path is in proxy.cc).
+#include "transport/net/net_transport.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+
+#include "base/log.h"
+#include "transport/net/net_plugin.h"
+
+namespace plait {
+namespace {
+
+constexpr int kRingTag = 0x100;  // + channel
+constexpr int kP2pTag = 0x7000;
+
+// Each rank's part of the exchange: its FIFO shapes, then one handle per
+// connector it receives on (ring channels, then point-to-point per rank).
+struct ShapeInfo {
+  int64_t ringSteps, ringStepBytes, p2pSteps, p2pStepBytes;
+  bool operator==(const ShapeInfo&) const = default;
+};
+
+struct Listening {
+  void* comm;  // null once accepted and closed
+  NetConnector* conn;
+};
+struct Connecting {
+  std::array<char, kNetHandleBytes> handle;  // the receiver's; connect() keeps its progress in it
+  NetConnector* conn;
+  bool done;
+};
+
+// Drives every connect() and accept() until all connections exist. Both
+// kinds progress in one loop: peers connect to each other in any order.
+Status connectAll(const PlaitNetV8& net, int dev, std::vector<Connecting>& connects, std::vector<Listening>& listens,
+                  const std::atomic<uint32_t>* abortFlag, Deadline deadline) {
+  size_t left = connects.size() + listens.size();
+  while (left > 0) {
+    bool moved = false;
+    for (Connecting& k : connects) {
+      if (k.done) continue;
+      void* comm = nullptr;
+      PlaitNetDeviceHandle* devHandle = nullptr;
+      if (net.connect(dev, k.handle.data(), &comm, &devHandle) != 0)
+        return remoteError("connecting to rank " + std::to_string(k.conn->peer()) + ": " + takeNetError());
+      if (comm == nullptr) continue;
+      PLAIT_RETURN_IF_ERROR(k.conn->attach(net, comm));
+      k.done = moved = true;
+      --left;
+    }
+    for (Listening& l : listens) {
+      if (l.comm == nullptr) continue;
+      void* comm = nullptr;
+      PlaitNetDeviceHandle* devHandle = nullptr;
+      if (net.accept(l.comm, &comm, &devHandle) != 0)
+        return remoteError("accepting the connection of rank " + std::to_string(l.conn->peer()) + ": " +
+                           takeNetError());
+      if (comm == nullptr) continue;
+      PLAIT_RETURN_IF_ERROR(l.conn->attach(net, comm));
+      net.closeListen(l.comm);
+      l.comm = nullptr;
+      moved = true;
+      --left;
+    }
+    if (moved) continue;
+    if (abortFlag && abortFlag->load(std::memory_order_acquire)) return remoteError("aborted while connecting");
+    if (deadline.expired()) {
+      std::string who;
+      for (Connecting& k : connects)
+        if (!k.done) who += " " + std::to_string(k.conn->peer()) + " (to)";
+      for (Listening& l : listens)
+        if (l.comm) who += " " + std::to_string(l.conn->peer()) + " (from)";
+      return remoteError("timed out making network connections with rank(s)" + who);
+    }
+    usleep(200);
+  }
+  return Status::ok();
+}
+
+WaitContext connectorContext(const NetTransportOptions& o, int peer, const char* what) {
+  WaitContext ctx;
+  ctx.abortFlag = o.abortFlag;
+  ctx.peerPid = -1;  // another host: its pid means nothing here
+  ctx.peerRank = peer;
+  ctx.oversubscribed = o.oversubscribed;
+  ctx.waitTimeoutMs = o.waitTimeoutMs;
+  ctx.what = what;
+  return ctx;
+}
+
+}  // namespace
+
+Status NetTransport::makeConnectors(const NetTransportOptions& o) {
+  const int nranks = static_cast<int>(o.remote.size());
+  auto add = [this](bool sending, int peer, FifoShape shape, bool trailer, int tag, WaitContext ctx) {
+    connectors_.push_back(std::make_unique<NetConnector>(sending, peer, shape, trailer, tag, ctx));
+    return connectors_.back().get();
+  };
+  ringSend_.assign(o.nChannels, nullptr);
+  ringRecv_.assign(o.nChannels, nullptr);
+  for (int c = 0; c < o.nChannels; ++c) {
+    if (o.remote[o.ringNext[c]])
+      ringSend_[c] = add(true, o.ringNext[c], o.ring, false, kRingTag + c, connectorContext(o, o.ringNext[c], "ring send"));
+    if (o.remote[o.ringPrev[c]])
+      ringRecv_[c] =
+          add(false, o.ringPrev[c], o.ring, false, kRingTag + c, connectorContext(o, o.ringPrev[c], "ring receive"));
+  }
+  p2pSend_.assign(nranks, nullptr);
+  p2pRecv_.assign(nranks, nullptr);
+  for (int q = 0; q < nranks; ++q) {
+    if (!o.remote[q]) continue;
+    p2pSend_[q] = add(true, q, o.p2p, true, kP2pTag, connectorContext(o, q, "point-to-point send"));
+    p2pRecv_[q] = add(false, q, o.p2p, true, kP2pTag, connectorContext(o, q, "point-to-point receive"));
+  }
+  return Status::ok();
+}
+
+Status NetTransport::exchangeAndConnect(OobExchange& oob, const NetTransportOptions& o, Deadline deadline) {
+  const int nranks = oob.nranks(), nCh = o.nChannels;
+  const size_t slotBytes = sizeof(ShapeInfo) + static_cast<size_t>(nCh + nranks) * kNetHandleBytes;
+  std::vector<char> all(slotBytes * nranks, 0);
+  auto handleOf = [&](int r, int index) { return &all[slotBytes * r + sizeof(ShapeInfo) + index * kNetHandleBytes]; };
+  const ShapeInfo shapes{o.ring.nSteps, static_cast<int64_t>(o.ring.stepBytes), o.p2p.nSteps,
+                         static_cast<int64_t>(o.p2p.stepBytes)};
+  std::memcpy(&all[slotBytes * rank_], &shapes, sizeof shapes);
+
+  std::vector<Listening> listens;
+  auto closeListens = [&] {
+    for (Listening& l : listens)
+      if (l.comm) net_->closeListen(l.comm);
+  };
+  auto listenFor = [&](NetConnector* conn, int index) -> Status {
+    void* lc = nullptr;
+    if (net_->listen(dev_, handleOf(rank_, index), &lc) != 0)
+      return systemError("listening for rank " + std::to_string(conn->peer()) + ": " + takeNetError());
+    listens.push_back({lc, conn});
+    return Status::ok();
+  };
+  Status s;
+  for (int c = 0; c < nCh && s.isOk(); ++c)
+    if (ringRecv_[c]) s = listenFor(ringRecv_[c], c);
+  for (int q = 0; q < nranks && s.isOk(); ++q)
+    if (p2pRecv_[q]) s = listenFor(p2pRecv_[q], nCh + q);
+  if (s.isOk()) s = oob.allGather(all.data(), slotBytes, deadline);
+  for (int r = 0; r < nranks && s.isOk(); ++r) {
+    ShapeInfo theirs;
+    std::memcpy(&theirs, &all[slotBytes * r], sizeof theirs);
+    if (o.remote[r] && !(theirs == shapes))
+      s = invalidUsage("rank " + std::to_string(r) + " uses other FIFO shapes (PLAIT_SHM_STEPS, PLAIT_SHM_STEP_BYTES, "
+                       "PLAIT_SHM_P2P_*): every rank must set them alike");
+  }
+  if (!s.isOk()) {
+    closeListens();
+    return s;
+  }
+
+  std::vector<Connecting> connects;
+  for (int c = 0; c < nCh; ++c)
+    if (ringSend_[c]) connects.push_back({{}, ringSend_[c], false});
+  for (int q = 0; q < nranks; ++q)
+    if (p2pSend_[q]) connects.push_back({{}, p2pSend_[q], false});
+  for (Connecting& k : connects) {
+    const int peer = k.conn->peer();
+    int index = nranks;  // point-to-point: the receiver's slot for this rank
+    for (int c = 0; c < nCh; ++c)
+      if (ringSend_[c] == k.conn) index = c;
+    if (index == nranks) index = nCh + rank_;
+    std::memcpy(k.handle.data(), handleOf(peer, index), kNetHandleBytes);
+  }
+  s = connectAll(*net_, dev_, connects, listens, abortFlag_, deadline);
+  closeListens();
+  return s;
+}
+
+Result<std::unique_ptr<NetTransport>> NetTransport::connect(OobExchange& oob, const NetTransportOptions& options,
+                                                            Deadline deadline) {
+  std::unique_ptr<NetTransport> t(new NetTransport());
+  t->rank_ = oob.rank();
+  t->abortFlag_ = options.abortFlag;
+  PLAIT_ASSIGN_OR_RETURN(NetChoice choice, chooseNet());
+  t->net_ = choice.api;
+  t->dev_ = options.localRank % choice.nDevices;
+  PlaitNetProperties props{};
+  if (t->net_->getProperties(t->dev_, &props) != 0) return systemError("network device properties: " + takeNetError());
+  t->description_ = std::string("NET/") + t->net_->name + "/" + (props.name ? props.name : "?");
+  PLAIT_RETURN_IF_ERROR(t->makeConnectors(options));
+  PLAIT_RETURN_IF_ERROR(t->exchangeAndConnect(oob, options, deadline));
+  t->proxy_ = std::thread([p = t.get()] { p->proxyLoop(); });
+  PLAIT_INFO(kNet, "%s: %zu network connector(s), device %d (%d Mbit/s), proxy started", t->description_.c_str(),
+             t->connectors_.size(), t->dev_, props.speed);
+  return t;
+}
+
+NetTransport::~NetTransport() {
+  stop_.store(true, std::memory_order_release);
+  if (proxy_.joinable()) proxy_.join();
+  for (auto& c : connectors_) c->close(*net_);  // no-op for those the proxy closed
+}
+
+void NetTransport::abort() {
+  aborting_.store(true, std::memory_order_release);
+  for (auto& c : connectors_) c->abortFront();
+}
+
+FifoSender* NetTransport::ringSend(int channel) const {
+  return ringSend_[channel] ? ringSend_[channel]->frontSender() : nullptr;
+}
+FifoReceiver* NetTransport::ringRecv(int channel) const {
+  return ringRecv_[channel] ? ringRecv_[channel]->frontReceiver() : nullptr;
+}
+FifoSender* NetTransport::p2pSend(int peer) const { return p2pSend_[peer] ? p2pSend_[peer]->frontSender() : nullptr; }
+FifoReceiver* NetTransport::p2pRecv(int peer) const {
+  return p2pRecv_[peer] ? p2pRecv_[peer]->frontReceiver() : nullptr;
+}
+
+}  // namespace plait

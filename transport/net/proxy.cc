@@ -1,0 +1,194 @@
+// proxy.cc — the network connectors' progress: what the proxy thread does
+// with each connector's FIFO (see net_transport.h for the protocol).
+#include <sched.h>
+#include <time.h>
+
+#include <cstring>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "transport/net/net_plugin.h"
+#include "transport/net/net_transport.h"
+
+namespace plait {
+namespace {
+
+// The low bits of a step's size word are the payload bytes; higher bits are
+// flags the schedule's protocol may set (core/p2p.cc uses bit 63).
+constexpr uint64_t kPayloadMask = (uint64_t(1) << 48) - 1;
+// Where the trailer words live inside the control page (after FifoControl).
+constexpr size_t kWordsOffset = 2048;
+static_assert(sizeof(FifoControl) <= kWordsOffset && kWordsOffset + 8 * kMaxFifoSteps <= kFifoControlBytes);
+
+}  // namespace
+
+NetConnector::NetConnector(bool sending, int peer, FifoShape shape, bool trailer, int tag, WaitContext ctx)
+    : sending_(sending), peer_(peer), shape_(shape), trailer_(trailer), tag_(tag), ctx_(ctx) {
+  memory_.reset(static_cast<char*>(std::aligned_alloc(4096, shape.totalBytes())));
+  std::memset(memory_.get(), 0, shape.totalBytes());
+  ctrl_ = reinterpret_cast<FifoControl*>(memory_.get());
+  data_ = memory_.get() + kFifoControlBytes;
+  words_ = reinterpret_cast<uint64_t*>(memory_.get() + kWordsOffset);
+  if (sending) frontSend_ = std::make_unique<FifoSender>(memory_.get(), shape, &ctx_);
+  else frontRecv_ = std::make_unique<FifoReceiver>(memory_.get(), shape, &ctx_);
+}
+
+NetConnector::~NetConnector() = default;
+
+Status NetConnector::attach(const PlaitNetV8& net, void* comm) {
+  comm_ = comm;
+  if (net.regMr(comm, memory_.get(), shape_.totalBytes(), kNetPtrHost, &mhandle_) != 0) {
+    std::string why = takeNetError();
+    return systemError("registering " + std::to_string(shape_.totalBytes()) + " bytes of FIFO memory for rank " +
+                       std::to_string(peer_) + (why.empty() ? "" : ": " + why));
+  }
+  return Status::ok();
+}
+
+void NetConnector::close(const PlaitNetV8& net) {
+  if (comm_ == nullptr) return;
+  if (mhandle_) net.deregMr(comm_, mhandle_);
+  (sending_ ? net.closeSend : net.closeRecv)(comm_);
+  comm_ = mhandle_ = nullptr;
+}
+
+void NetConnector::abortFront() {
+  if (frontSend_) frontSend_->abort();
+  if (frontRecv_) frontRecv_->abort();
+}
+
+// The proxy is the other end of the schedule's FIFO: it marks that end
+// aborted, with the network's reason for the schedule's error message.
+void NetConnector::fail(int code) {
+  failure_ = takeNetError();
+  if (failure_.empty()) failure_ = "network error " + std::to_string(code);
+  ctx_.peerFailure = failure_.c_str();
+  AtomicRef<uint32_t>(sending_ ? ctrl_->receiverAborted : ctrl_->senderAborted).store(1, mo::release);
+  wake(detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers);
+  wake(detail::futexWordOf(&ctrl_->head), &ctrl_->sendSleepers);
+  failed_.store(true, std::memory_order_release);
+  PLAIT_INFO(kNet, "network connection to rank %d failed: %s", peer_, failure_.c_str());
+}
+
+bool NetConnector::testStep(const PlaitNetV8& net, int slot, int* size) {
+  for (int part = 0; part < 2; ++part) {
+    void*& req = requests_[slot][part];
+    if (req == nullptr) continue;
+    int done = 0, got = 0;
+    if (int rc = net.test(req, &done, &got); rc != 0) {
+      fail(rc);
+      return false;
+    }
+    if (!done) return false;
+    req = nullptr;
+    if (part == 0) *size = got;
+  }
+  return true;
+}
+
+void NetConnector::progressSend(const PlaitNetV8& net, bool* moved) {
+  const uint64_t tail = AtomicRef<uint64_t>(ctrl_->tail).load(mo::acquire);
+  const int n = shape_.nSteps;
+  while (posted_ < tail) {
+    const int slot = static_cast<int>(posted_ % n);
+    const uint64_t word = ctrl_->stepBytes[slot];
+    if (partsPosted_ == 0) {
+      int rc = net.isend(comm_, step(slot), static_cast<int>(word & kPayloadMask), tag_, mhandle_, &requests_[slot][0]);
+      if (rc != 0) return fail(rc);
+      if (requests_[slot][0] == nullptr) return;
+      partsPosted_ = 1;
+    }
+    if (trailer_ && partsPosted_ == 1) {
+      words_[slot] = word;
+      int rc = net.isend(comm_, &words_[slot], sizeof(uint64_t), tag_, mhandle_, &requests_[slot][1]);
+      if (rc != 0) return fail(rc);
+      if (requests_[slot][1] == nullptr) return;
+    }
+    partsPosted_ = 0;
+    ++posted_;
+    *moved = true;
+  }
+  while (done_ < posted_) {
+    int size = 0;
+    if (!testStep(net, static_cast<int>(done_ % n), &size)) return;
+    AtomicRef<uint64_t>(ctrl_->head).store(++done_, mo::release);
+    wake(detail::futexWordOf(&ctrl_->head), &ctrl_->sendSleepers);
+    *moved = true;
+  }
+}
+
+void NetConnector::progressRecv(const PlaitNetV8& net, bool* moved) {
+  const uint64_t head = AtomicRef<uint64_t>(ctrl_->head).load(mo::acquire);
+  const int n = shape_.nSteps;
+  while (posted_ - head < static_cast<uint64_t>(n)) {
+    const int slot = static_cast<int>(posted_ % n);
+    if (partsPosted_ == 0) {
+      void* data = step(slot);
+      int size = static_cast<int>(shape_.stepBytes);
+      int rc = net.irecv(comm_, 1, &data, &size, &tag_, &mhandle_, &requests_[slot][0]);
+      if (rc != 0) return fail(rc);
+      if (requests_[slot][0] == nullptr) return;
+      partsPosted_ = 1;
+    }
+    if (trailer_ && partsPosted_ == 1) {
+      void* data = &words_[slot];
+      int size = sizeof(uint64_t);
+      int rc = net.irecv(comm_, 1, &data, &size, &tag_, &mhandle_, &requests_[slot][1]);
+      if (rc != 0) return fail(rc);
+      if (requests_[slot][1] == nullptr) return;
+    }
+    partsPosted_ = 0;
+    ++posted_;
+    *moved = true;
+  }
+  while (done_ < posted_) {
+    const int slot = static_cast<int>(done_ % n);
+    int size = 0;
+    if (!testStep(net, slot, &size)) return;
+    ctrl_->stepBytes[slot] = trailer_ ? words_[slot] : static_cast<uint64_t>(size);
+    AtomicRef<uint64_t>(ctrl_->tail).store(++done_, mo::release);
+    wake(detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers);
+    *moved = true;
+  }
+}
+
+void NetConnector::progress(const PlaitNetV8& net, bool* moved) {
+  if (failed() || comm_ == nullptr) return;
+  if (sending_) progressSend(net, moved);
+  else progressRecv(net, moved);
+}
+
+// The proxy thread. Busy while anything moves; when nothing has moved for a
+// while it yields, then sleeps in growing naps (up to kMaxNapUs), so an idle
+// communicator costs almost no CPU and the first step after a long idle
+// period waits at most one nap.
+void NetTransport::proxyLoop() {
+  constexpr int64_t kBusyNs = 200'000;  // keep polling this long after the last progress
+  constexpr long kMinNapUs = 20, kMaxNapUs = 500;
+  log::ScopedLogRank logRank(rank_);
+  uint64_t lastMove = nowNs();
+  long napUs = kMinNapUs;
+  while (!stop_.load(std::memory_order_acquire)) {
+    if (aborting_.load(std::memory_order_acquire) ||
+        (abortFlag_ && abortFlag_->load(std::memory_order_acquire) != 0))
+      break;
+    bool moved = false;
+    for (auto& c : connectors_) c->progress(*net_, &moved);
+    if (moved) {
+      lastMove = nowNs();
+      napUs = kMinNapUs;
+      continue;
+    }
+    if (static_cast<int64_t>(nowNs() - lastMove) < kBusyNs) {
+      sched_yield();
+      continue;
+    }
+    timespec ts{0, napUs * 1000};
+    nanosleep(&ts, nullptr);
+    napUs = std::min(kMaxNapUs, napUs * 2);
+  }
+  // Aborting or stopping: close here, so peers see the connections go now.
+  for (auto& c : connectors_) c->close(*net_);
+}
+
+}  // namespace plait
