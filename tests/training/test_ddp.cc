@@ -1,0 +1,104 @@
+// DDP against the serial reference on the same global batches.
+//
+// Tolerances: DDP computes each rank's gradient over its own rows and then
+// averages; serial sums all rows in one loop. The two differ only in the
+// order of float additions: per gradient element a relative error of about
+// rows·2⁻²⁴ ≈ 1e-6 per step. Adam divides by √v, which can magnify the
+// difference of near-zero gradients; over 6 steps of lr 1e-2 a parameter can
+// move by at most 6·lr = 0.06 in all, so 1e-4 on parameters and 1e-5 on losses
+// leave a wide margin against reduction order yet catch any real error (a
+// missing average or a skipped bucket moves them by 1e-2 or more).
+#include <catch2/catch.hpp>
+
+#include "reference.h"
+
+using namespace plait::training;
+using plait_test::maxRelDiff;
+
+namespace {
+
+TrainConfig smallConfig(const std::string& kind) {
+  TrainConfig c;
+  c.model.kind = kind;
+  c.localBatch = 4;
+  c.seed = 7;
+  c.firstBucketBytes = 256;  // several buckets even for tiny models
+  c.bucketBytes = 2048;
+  return c;
+}
+
+plait_test::TrainerFactory ddp() { return [](const TrainConfig& c, ncclComm_t comm) { return makeDdpTrainer(c, comm); }; }
+
+}  // namespace
+
+TEST_CASE("DDP matches serial training on the same global batch", "[training][ddp]") {
+  for (std::string kind : {"mlp", "transformer", "moe"}) {
+    for (int nranks : {2, 3}) {
+      INFO(kind << " on " << nranks << " ranks");
+      TrainConfig c = smallConfig(kind);
+      const int steps = 6;
+      auto dist = plait_test::runDistributed(nranks, c, steps, ddp());
+      REQUIRE(dist.errors.empty());
+      // Each DDP rank routes its own tokens as one MoE group (capacity counted
+      // per rank); the serial reference routes the same rows as N groups.
+      TrainConfig serialConfig = c;
+      serialConfig.model.moe.groups = nranks;
+      auto serial = plait_test::runSerial(serialConfig, nranks, steps);
+      CHECK(maxRelDiff(dist.losses, serial.losses) < 1e-5);
+      CHECK(maxRelDiff(dist.params[0], serial.params[0]) < 1e-4);
+      for (int r = 1; r < nranks; ++r) CHECK(dist.params[r] == dist.params[0]);  // replicas bit-identical
+    }
+  }
+}
+
+TEST_CASE("DDP: bucket sizes and overlap do not change the result", "[training][ddp]") {
+  TrainConfig c = smallConfig("transformer");
+  auto reference = plait_test::runDistributed(2, c, 3, ddp());
+  REQUIRE(reference.errors.empty());
+  for (size_t bucket : {size_t(1), size_t(1) << 30}) {
+    TrainConfig other = c;
+    other.firstBucketBytes = other.bucketBytes = bucket;  // one bucket per parameter / one bucket in all
+    other.overlap = bucket == 1;
+    auto run = plait_test::runDistributed(2, other, 3, ddp());
+    REQUIRE(run.errors.empty());
+    // Elementwise averages do not depend on how the elements are grouped.
+    CHECK(run.params[0] == reference.params[0]);
+    CHECK(run.losses == reference.losses);
+  }
+}
+
+TEST_CASE("DDP no_sync accumulation over k micro-batches equals one k-times-larger batch", "[training][ddp]") {
+  TrainConfig c = smallConfig("mlp");
+  c.localBatch = 8;
+  auto whole = plait_test::runDistributed(2, c, 4, ddp());
+  c.accumulate = 4;
+  auto accumulated = plait_test::runDistributed(2, c, 4, ddp());
+  REQUIRE(whole.errors.empty());
+  REQUIRE(accumulated.errors.empty());
+  // Same rows, summed in micro-batch order: differs from one pass only by float
+  // reassociation (see the file comment).
+  CHECK(maxRelDiff(accumulated.losses, whole.losses) < 1e-5);
+  CHECK(maxRelDiff(accumulated.params[0], whole.params[0]) < 1e-4);
+}
+
+TEST_CASE("DDP broadcasts rank 0's parameters at start", "[training][ddp]") {
+  TrainConfig c = smallConfig("mlp");
+  c.optimizer.lr = 0;  // parameters stay as initialised
+  auto run = plait_test::runDistributed(3, c, 1, ddp());
+  REQUIRE(run.errors.empty());
+  auto serial = plait_test::runSerial(c, 3, 1);  // initialised with the seed, as rank 0 is
+  CHECK(run.params[1] == serial.params[0]);
+  CHECK(run.params[2] == serial.params[0]);
+}
+
+TEST_CASE("every model learns on its synthetic data", "[training]") {
+  for (std::string kind : {"mlp", "transformer", "moe"}) {
+    INFO(kind);
+    TrainConfig c = smallConfig(kind);
+    c.localBatch = 16;
+    auto serial = plait_test::runSerial(c, 1, 40);
+    double first = 0, last = 0;
+    for (int i = 0; i < 5; ++i) first += serial.losses[i], last += serial.losses[35 + i];
+    CHECK(last < 0.8 * first);
+  }
+}
