@@ -101,42 +101,8 @@ const void* allReduceKernelFor(ncclDataType_t type) {
   }
 }
 
-namespace {
-const char* validateFifo(const DeviceFifo& f, size_t sliceBytes) {
-  if (f.memory == nullptr) return "a channel's FIFO memory is null";
-  const FifoShape shape{f.nSteps, static_cast<size_t>(f.stepBytes)};
-  if (!shape.valid()) return "a channel's FIFO shape is invalid (nSteps or stepBytes)";
-  if (sliceBytes > f.stepBytes) return "sliceBytes exceeds a channel's FIFO stepBytes";
-  return nullptr;
-}
-}  // namespace
-
-const char* validateDeviceWork(const DeviceWork& work, int nChannels) {
-  if (nChannels < 1 || nChannels > kMaxDeviceChannels) return "nChannels out of range";
-  if (!isValidType(work.type)) return "invalid type";
-  if (work.elemSize != typeSize(work.type)) return "elemSize does not match type";
-  if (static_cast<int>(work.op.kind) >= kNumRedOpKinds) return "invalid op kind";
-  if (work.nranks < 1) return "nranks < 1";
-  if (work.alignElems == 0) return "alignElems is 0";
-  if (work.count == 0) return nullptr;
-  if (work.sendbuff == nullptr || work.recvbuff == nullptr) return "null buffer";
-  if (work.nranks == 1) return nullptr;
-  if (work.chunkElems == 0) return "chunkElems is 0";
-  if (work.sliceBytes < work.elemSize || work.sliceBytes % work.elemSize != 0)
-    return "sliceBytes is not a positive multiple of elemSize";
-  for (int c = 0; c < nChannels; ++c) {
-    size_t begin = 0, end = 0;
-    channelPart(work.count, nChannels, c, work.alignElems, &begin, &end);
-    if (begin == end) continue;  // this channel's block returns at once
-    if (work.channels[c].position < 0 || work.channels[c].position >= work.nranks)
-      return "a channel's ring position is out of range";
-    if (const char* why = validateFifo(work.channels[c].recv, work.sliceBytes)) return why;
-    if (const char* why = validateFifo(work.channels[c].send, work.sliceBytes)) return why;
-  }
-  return nullptr;
-}
-
 cudaError_t launchAllReduce(const DeviceWork& work, int nChannels, cudaStream_t stream) {
+  if (work.coll != DeviceColl::kAllReduce) return cudaErrorInvalidValue;
   if (validateDeviceWork(work, nChannels) != nullptr) return cudaErrorInvalidValue;
   if (work.count == 0) return cudaSuccess;
   const void* kernel = allReduceKernelFor(work.type);

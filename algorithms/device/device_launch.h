@@ -27,8 +27,9 @@ const char* validateDeviceWork(const DeviceWork& work, int nChannels);
 // With nranks == 1 no FIFO is touched: the output is the input with the
 // operator's pre- and post-op applied (the host's kCopy).
 //
-// Returns cudaErrorInvalidValue when validateDeviceWork() rejects `work`
-// (without touching the driver), cudaSuccess without launching for count 0,
+// Returns cudaErrorInvalidValue when work.coll is not kAllReduce or
+// validateDeviceWork() rejects `work` (without touching the driver),
+// cudaSuccess without launching for count 0,
 // else the launch's own error. Does not wait for the kernel; a channel that
 // fails reports through work.channelStatus and aborts its FIFO ends.
 // Thread-safe (as cudaLaunchKernel is).
@@ -38,6 +39,31 @@ cudaError_t launchAllReduce(const DeviceWork& work, int nChannels, cudaStream_t 
 // and cudaLaunchKernel take), or nullptr for an invalid type. One kernel per
 // type serves every RedOpKind.
 const void* allReduceKernelFor(ncclDataType_t type);
+
+// Enqueues one ring collective of any DeviceColl on `stream`, as
+// launchAllReduce does (AllReduce goes to the same kernel): nChannels thread
+// blocks, block c running work.coll's schedule (ring_allreduce.h,
+// ring_collectives.h) on channel c for the part channelPart() gives it, with
+// the RingArgs the host executor would build (deviceRingArgs in
+// device_work.h). AllGather and ReduceScatter move work.count elements of
+// every rank's block (blocks blockStride apart); Broadcast and Reduce use
+// work.root and each channel's ring to find the root. With nranks == 1 no
+// FIFO is touched: a local copy (reduce-copy with the operator's pre- and
+// post-op for ReduceScatter and Reduce).
+//
+// UNVERIFIED ON A GPU: the AllGather, ReduceScatter, Broadcast and Reduce
+// kernels (ring_collectives_kernel.cu) have only been compiled; the GPU part
+// of device_compile_check exercises them where a GPU exists.
+//
+// Same return values, asynchrony, status reporting and thread safety as
+// launchAllReduce.
+cudaError_t launchCollective(const DeviceWork& work, int nChannels, cudaStream_t stream);
+
+// The kernel that runs `coll` for `type`, or nullptr for an invalid type or
+// collective. AllGather and Broadcast share one byte-moving kernel for every
+// type; ReduceScatter and Reduce have one kernel per type for every RedOpKind
+// (and AllReduce its own, allReduceKernelFor's).
+const void* collectiveKernelFor(DeviceColl coll, ncclDataType_t type);
 
 // Stores in *cycles about `ms` milliseconds of clock64() on `device` (its peak
 // clock rate; the SM clock may run slower, which only lengthens the time-out).

@@ -11,6 +11,8 @@
 
 #include "algorithms/portability.h"
 #include "algorithms/reduce_ops.h"
+#include "algorithms/ring_allreduce.h"    // channelPart
+#include "algorithms/ring_collectives.h"  // RingArgs
 #include "algorithms/types.h"
 #include "nccl.h"
 #include "transport/fifo.h"
@@ -21,6 +23,31 @@ namespace plait {
 constexpr int kMaxDeviceChannels = 32;
 // Threads per block of the collective kernels.
 constexpr int kDeviceThreads = 256;
+// Ranks a ring may have for the collectives that need its order (every one
+// but AllReduce): the order travels in the kernel parameters, one byte a rank.
+constexpr int kMaxDeviceRanks = 32;
+
+// The collective a DeviceWork describes (the ring schedules of
+// ring_allreduce.h and ring_collectives.h).
+enum class DeviceColl : uint8_t { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce };
+constexpr int kNumDeviceColls = 5;
+
+PLAIT_HOST_DEVICE constexpr const char* deviceCollName(DeviceColl c) {
+  switch (c) {
+    case DeviceColl::kAllReduce: return "AllReduce";
+    case DeviceColl::kAllGather: return "AllGather";
+    case DeviceColl::kReduceScatter: return "ReduceScatter";
+    case DeviceColl::kBroadcast: return "Broadcast";
+    case DeviceColl::kReduce: return "Reduce";
+  }
+  return "unknown";
+}
+
+// Whether `c` reduces (and so needs a kernel per type and operator); the
+// others only move bytes.
+PLAIT_HOST_DEVICE constexpr bool isDeviceReduction(DeviceColl c) {
+  return c == DeviceColl::kAllReduce || c == DeviceColl::kReduceScatter || c == DeviceColl::kReduce;
+}
 
 // One end of a connector FIFO as a kernel sees it: the memory laid out exactly
 // as transport/fifo.h describes (FifoControl in the first kFifoControlBytes,
@@ -41,6 +68,10 @@ struct DeviceChannel {
   DeviceFifo recv;   // from the previous rank: this rank's own FIFO memory
   DeviceFifo send;   // to the next rank: the next rank's FIFO memory, mapped here
   int position = 0;  // this rank's position in this channel's ring, [0, nranks)
+  // ring[p] is the rank at position p, p < nranks (the communicator's
+  // rings_[c]); a permutation with ring[position] == DeviceWork::rank. Read by
+  // every collective but AllReduce, which needs no rank numbers.
+  uint8_t ring[kMaxDeviceRanks] = {};
 };
 
 // Why a channel stopped, as the kernel reports it in DeviceWork::channelStatus.
@@ -64,18 +95,30 @@ PLAIT_HOST_DEVICE constexpr const char* deviceStatusName(DeviceStatus s) {
   return "unknown";
 }
 
-// One ring AllReduce, as the host executor runs it (src/core/executor.cc):
-// channel c of nChannels reduces the contiguous part channelPart() gives it,
-// through the ring schedule of algorithms/ring_allreduce.h.
+// One ring collective, as the host executor runs it (src/core/executor.cc
+// for AllReduce, src/core/collectives.cc for the others): channel c of
+// nChannels works on the contiguous part channelPart() gives it (of each
+// rank's block, for AllGather and ReduceScatter), through the schedule of
+// algorithms/ring_allreduce.h or ring_collectives.h.
 struct DeviceWork {
-  const void* sendbuff = nullptr;  // device-accessible
-  void* recvbuff = nullptr;        // device-accessible; may equal sendbuff
-  size_t count = 0;                // elements in the whole buffer
+  DeviceColl coll = DeviceColl::kAllReduce;
+  // Device-accessible. As in NCCL: AllGather's recvbuff and ReduceScatter's
+  // sendbuff hold nranks blocks of blockStride elements; a Broadcast's
+  // sendbuff off the root and a Reduce's recvbuff off the root may be null.
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;        // may equal sendbuff (in place; AllGather: its own block)
+  size_t count = 0;                // elements: the whole buffer (AllReduce, Broadcast, Reduce), one block (AllGather, ReduceScatter)
+  size_t blockStride = 0;          // AllGather, ReduceScatter: elements between ranks' blocks, ≥ count (NCCL: count)
+  int rank = 0;                    // this rank, [0, nranks) (all but AllReduce)
+  int root = 0;                    // Broadcast, Reduce: the root's rank
   ncclDataType_t type = ncclFloat32;
   size_t elemSize = 4;             // must equal typeSize(type)
   RedOp op;                        // resolved (makeRedOp / makePreMulSumOp)
   int nranks = 1;
-  size_t chunkElems = 0;           // RingAllReduceArgs::chunkElems; multiple of alignElems
+  // RingAllReduceArgs::chunkElems (a multiple of alignElems) or
+  // RingArgs::chunkElems; for AllGather and ReduceScatter at most half a
+  // FIFO (sliceBytes/elemSize × max(1, nSteps/2)), as on the host.
+  size_t chunkElems = 0;
   size_t alignElems = 1;           // channel parts and chunks are multiples of this
   size_t sliceBytes = 0;           // bytes per FIFO step: a multiple of elemSize, ≤ every stepBytes
   // Non-zero: abort every wait (ncclCommAbort). Device-visible (mapped pinned
@@ -96,16 +139,58 @@ struct DeviceWork {
 // the classic 4 KiB parameter limit.
 static_assert(sizeof(DeviceWork) <= 4096);
 
-// The elements [*begin, *end) that channel `channel` of `nChannels` reduces:
-// contiguous parts, multiples of alignElems except the last. The same split as
-// the host executor's runRingChannel, so either executor may run a channel.
-PLAIT_HOST_DEVICE inline void channelPart(size_t count, int nChannels, int channel, size_t alignElems,
-                                          size_t* begin, size_t* end) {
-  const size_t perChannel = (count + static_cast<size_t>(nChannels) - 1) / static_cast<size_t>(nChannels);
-  const size_t part = (perChannel + alignElems - 1) / alignElems * alignElems;
-  const size_t b = part * static_cast<size_t>(channel);
-  *begin = b < count ? b : count;
-  *end = count - *begin < part ? count : *begin + part;
+// The RingArgs with which channel `channel` of nChannels runs `work` (not
+// AllReduce), built exactly as src/core/collectives.cc's
+// runRingCollectiveChannel builds them for the host: the same channel part,
+// block stride, chunk, in-place rules and root position, so that host and
+// device ranks may share a ring. `ring` is the channel's ring widened to int
+// (RingArgs::ring; it must outlive the args). Returns false when the channel
+// has nothing to do.
+PLAIT_HOST_DEVICE inline bool deviceRingArgs(const DeviceWork& w, int nChannels, int channel, const int* ring,
+                                             RingArgs* a) {
+  const size_t elem = w.elemSize;
+  size_t begin = 0, end = 0;
+  channelPart(w.count, nChannels, channel, w.alignElems, &begin, &end);
+  if (begin == end) return false;
+  *a = RingArgs{};
+  a->count = end - begin;
+  a->blockStride = w.blockStride;
+  a->elemSize = elem;
+  a->nranks = w.nranks;
+  a->position = w.channels[channel].position;
+  a->ring = ring;
+  a->rootPosition = 0;  // the host's std::find over the ring
+  for (int p = 0; p < w.nranks; ++p) {
+    if (ring[p] == w.root) {
+      a->rootPosition = p;
+      break;
+    }
+  }
+  a->chunkElems = w.chunkElems;
+  // Unused buffers may be null: offset only real pointers.
+  const char* in = static_cast<const char*>(w.sendbuff);
+  char* out = static_cast<char*>(w.recvbuff);
+  if (in == nullptr) in = out;
+  if (out == nullptr) out = const_cast<char*>(in);
+  a->input = in + begin * elem;
+  a->output = out + begin * elem;  // AllGather: plus each rank's block, in the schedule
+  if (w.coll == DeviceColl::kAllGather) {
+    a->inPlace = w.sendbuff == static_cast<const char*>(w.recvbuff) + static_cast<size_t>(w.rank) * w.blockStride * elem;
+  } else if (w.coll == DeviceColl::kBroadcast) {
+    a->inPlace = w.sendbuff == w.recvbuff;
+  }
+  return true;
+}
+
+// The same args counted in bytes (elemSize 1): a schedule that only moves
+// data (AllGather, Broadcast) then makes the same transfers, and the same
+// FIFO steps, whatever the element type.
+PLAIT_HOST_DEVICE inline RingArgs ringArgsInBytes(RingArgs a) {
+  a.count *= a.elemSize;
+  a.blockStride *= a.elemSize;
+  a.chunkElems *= a.elemSize;
+  a.elemSize = 1;
+  return a;
 }
 
 }  // namespace plait

@@ -3,8 +3,9 @@
 // argument validation, and, only where a GPU is present, reads each kernel's
 // attributes and runs ring AllReduces with every rank of the ring on the one
 // GPU (one stream per rank, FIFOs in device memory), plus a time-out and an
-// abort. Without a GPU (or a driver) it prints "no GPU: compiled only" and
-// passes.
+// abort. device_collectives_check.cc does the same for AllGather,
+// ReduceScatter, Broadcast and Reduce. Without a GPU (or a driver) it prints
+// "no GPU: compiled only" and passes.
 //
 // A plain host program (g++), linked with plait_device and the CUDA runtime.
 #include <cstdint>
@@ -18,35 +19,13 @@
 #include "algorithms/device/device_work.h"
 #include "algorithms/reduce.h"
 #include "algorithms/types.h"
+#include "device_check.h"
 #include "transport/fifo.h"
 
 namespace {
 
 using namespace plait;
-
-int gFailures = 0;
-
-#define CHECK(cond)                                                    \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++gFailures;                                                     \
-    }                                                                  \
-  } while (0)
-
-#define CHECK_CUDA(expr)                                                                      \
-  do {                                                                                        \
-    const cudaError_t err_ = (expr);                                                          \
-    if (err_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(err_)); \
-      ++gFailures;                                                                            \
-      return;                                                                                 \
-    }                                                                                         \
-  } while (0)
-
-constexpr ncclDataType_t kAllTypes[] = {ncclInt8,    ncclUint8,   ncclInt32,    ncclUint32,
-                                        ncclInt64,   ncclUint64,  ncclFloat16,  ncclFloat32,
-                                        ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
+using namespace plait::device_check;
 
 // ---- host-only checks ----------------------------------------------------------
 
@@ -135,17 +114,6 @@ void checkKernelAttributes() {
                 attr.numRegs, attr.localSizeBytes, attr.sharedSizeBytes, attr.maxThreadsPerBlock);
   }
 }
-
-template <class T>
-struct DeviceBuffer {
-  T* ptr = nullptr;
-  explicit DeviceBuffer(size_t n) {
-    if (cudaMalloc(&ptr, n * sizeof(T) + 64) != cudaSuccess) ptr = nullptr;
-  }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
 
 struct LoopbackOptions {
   int nranks = 2;
@@ -401,13 +369,17 @@ int main() {
   checkKernelsLinked();
   checkValidation();
   checkChannelParts();
+  runCollectiveHostChecks();
 
   int devices = 0;
   const cudaError_t err = cudaGetDeviceCount(&devices);
   if (err != cudaSuccess || devices == 0) {
-    std::printf("no GPU: compiled only (%s)\n", err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    std::printf("no GPU: compiled only (%s); GPU checks of AllReduce, AllGather, ReduceScatter, Broadcast and "
+                "Reduce skipped\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
   } else {
     runGpuChecks();
+    runCollectiveGpuChecks();
   }
   if (gFailures != 0) {
     std::fprintf(stderr, "%d check(s) failed\n", gFailures);
