@@ -37,13 +37,15 @@ PLAIT_HOST_DEVICE inline size_t divUp(size_t a, size_t b) { return (a + b - 1) /
 PLAIT_HOST_DEVICE inline int ringMod(int a, int n) { return ((a % n) + n) % n; }
 }  // namespace detail
 
-// The part [*begin, *end) of `count` elements that channel c of nChannels
-// handles: equal shares rounded up to `align` elements (64 bytes), so
-// channels never write the same cache line.
-PLAIT_HOST_DEVICE inline void channelPart(size_t count, size_t align, int nChannels, int c, size_t* begin,
-                                          size_t* end) {
-  const size_t part = detail::divUp(detail::divUp(count, static_cast<size_t>(nChannels)), align) * align;
-  const size_t b = part * static_cast<size_t>(c);
+// The elements [*begin, *end) that channel `channel` of `nChannels` works
+// on: contiguous parts, multiples of alignElems (64 bytes) except the last,
+// so channels never write the same cache line. Host and device executors
+// split alike, so either may run a channel.
+PLAIT_HOST_DEVICE inline void channelPart(size_t count, int nChannels, int channel, size_t alignElems,
+                                          size_t* begin, size_t* end) {
+  const size_t perChannel = (count + static_cast<size_t>(nChannels) - 1) / static_cast<size_t>(nChannels);
+  const size_t part = (perChannel + alignElems - 1) / alignElems * alignElems;
+  const size_t b = part * static_cast<size_t>(channel);
   *begin = b < count ? b : count;
   *end = count - *begin < part ? count : *begin + part;
 }

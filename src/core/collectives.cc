@@ -67,7 +67,7 @@ Status Communicator::runRingCollectiveChannel(const Task& task, const Plan& plan
   const size_t elem = typeSize(task.type);
   const size_t align = std::max<size_t>(1, 64 / elem);
   size_t begin = 0, end = 0;
-  channelPart(task.count, align, plan.nChannels, channel, &begin, &end);
+  channelPart(task.count, plan.nChannels, channel, align, &begin, &end);
   if (begin == end) return Status::ok();
 
   HostPrimitives prims = makePrimitives(task, plan, channel);
