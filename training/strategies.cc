@@ -1,7 +1,56 @@
 // One entry point for every strategy name, for the CLI and the tests.
 #include "training/strategies.h"
 
+#include "training/collectives.h"
+
 namespace plait::training {
+namespace {
+
+// A trainer over communicators split from the caller's: owns and destroys them
+// after the trainer that uses them.
+class SplitCommTrainer : public Trainer {
+ public:
+  SplitCommTrainer(std::unique_ptr<Trainer> inner, std::vector<ncclComm_t> comms)
+      : inner_(std::move(inner)), comms_(std::move(comms)) {}
+  ~SplitCommTrainer() override {
+    inner_.reset();
+    for (ncclComm_t c : comms_) ncclCommDestroy(c);
+  }
+  Result<double> step(int k) override {
+    auto r = inner_->step(k);
+    times_ = inner_->lastTimes();
+    return r;
+  }
+  MemoryReport memory() const override { return inner_->memory(); }
+  Result<std::vector<float>> fullParams() override { return inner_->fullParams(); }
+  int rowsPerStep() const override { return inner_->rowsPerStep(); }
+
+ private:
+  std::unique_ptr<Trainer> inner_;
+  std::vector<ncclComm_t> comms_;
+};
+
+// DP × TP: ranks [g·T, (g+1)·T) form tensor-parallel group g; ranks with
+// the same position in their group form a data-parallel group.
+Result<std::unique_ptr<Trainer>> makeDpTp(const TrainConfig& config, ncclComm_t comm) {
+  const int n = commSizeOf(comm), T = config.tpSize;
+  if (T < 1 || n % T != 0) return invalidArgument("dp-tp: ranks must divide by the tensor-parallel size");
+  int rank = 0;
+  ncclCommUserRank(comm, &rank);
+  ncclComm_t tp = nullptr, dp = nullptr;
+  if (ncclCommSplit(comm, rank / T, rank, &tp, nullptr) != ncclSuccess ||
+      ncclCommSplit(comm, rank % T, rank, &dp, nullptr) != ncclSuccess)
+    return Status(Code::kInternalError, std::string("ncclCommSplit: ") + ncclGetLastError(comm));
+  auto inner = makeTensorParallelTrainer(config, tp, dp);
+  if (!inner.isOk()) {
+    ncclCommDestroy(tp);
+    ncclCommDestroy(dp);
+    return inner.status();
+  }
+  return std::unique_ptr<Trainer>(new SplitCommTrainer(std::move(*inner), {tp, dp}));
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Trainer>> makeTrainer(const TrainConfig& config, ncclComm_t comm) {
   const std::string& p = config.parallel;
@@ -13,13 +62,17 @@ Result<std::unique_ptr<Trainer>> makeTrainer(const TrainConfig& config, ncclComm
   if (p == "zero1") return makeZeroTrainer(config, comm, 1);
   if (p == "zero2") return makeZeroTrainer(config, comm, 2);
   if (p == "zero3") return makeZeroTrainer(config, comm, 3);
-  for (const char* later : {"tp", "pp-gpipe", "pp-1f1b", "ep", "dp-tp"})
+  if (p == "tp") return makeTensorParallelTrainer(config, comm, nullptr);
+  if (p == "dp-tp") return makeDpTp(config, comm);
+  for (const char* later : {"pp-gpipe", "pp-1f1b", "ep"})
     if (p == later) return Status(Code::kInvalidUsage, "--parallel " + p + " is not implemented yet");
   return invalidArgument("unknown --parallel '" + p + "'");
 }
 
-int dataParallelSize(const std::string& parallel, int nranks) {
-  if (parallel == "none" || parallel == "tp" || parallel == "pp-gpipe" || parallel == "pp-1f1b") return 1;
+int dataParallelSize(const TrainConfig& config, int nranks) {
+  const std::string& p = config.parallel;
+  if (p == "none" || p == "tp" || p == "pp-gpipe" || p == "pp-1f1b") return 1;
+  if (p == "dp-tp") return nranks / std::max(1, config.tpSize);
   return nranks;
 }
 

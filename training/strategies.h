@@ -13,7 +13,7 @@ namespace plait::training {
 // InvalidUsage for a strategy not built yet.
 Result<std::unique_ptr<Trainer>> makeTrainer(const TrainConfig& config, ncclComm_t comm);
 // Ranks over which the batch is split (the global batch is localBatch × this).
-int dataParallelSize(const std::string& parallel, int nranks);
+int dataParallelSize(const TrainConfig& config, int nranks);
 int commSizeOf(ncclComm_t comm);
 
 }  // namespace plait::training

@@ -35,7 +35,8 @@ struct TrainConfig {
   size_t bucketBytes = 25u << 20;
   size_t firstBucketBytes = 1u << 20;
   bool overlap = true;  // false: all buckets after backward (the benchmark's baseline)
-  int nranksData = 1;   // data-parallel ranks the sampler shards over (set by the trainer)
+  int nranksData = 1;   // serial reference: data-parallel ranks whose shards make its batch
+  int tpSize = 2;       // dp-tp: tensor-parallel group size (ranks / tpSize data-parallel groups)
 };
 
 // Bytes this rank holds. Persistent: kept between steps. peakTransient: the
@@ -75,6 +76,11 @@ std::unique_ptr<Trainer> makeSerialTrainer(const TrainConfig& config);
 Result<std::unique_ptr<Trainer>> makeDdpTrainer(const TrainConfig& config, ncclComm_t comm);
 // stage 1, 2 or 3.
 Result<std::unique_ptr<Trainer>> makeZeroTrainer(const TrainConfig& config, ncclComm_t comm, int stage);
+
+// tpComm: the tensor-parallel group; dpComm: the data-parallel group (null or
+// one rank for pure tensor parallelism). Neither owned.
+Result<std::unique_ptr<Trainer>> makeTensorParallelTrainer(const TrainConfig& config, ncclComm_t tpComm,
+                                                           ncclComm_t dpComm);
 
 // Splits a batch's samples into k equal micro-batches (rows of x and labels).
 std::vector<Batch> splitBatch(const Batch& batch, int k);

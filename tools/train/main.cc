@@ -38,7 +38,7 @@ double median(std::vector<double> v) {
 // Runs one rank; returns its exit code. comm may be null for one rank.
 int runRank(const Options& o, int rank, int nranks, ncclComm_t comm) {
   TrainConfig c = o.train;
-  const int dp = dataParallelSize(c.parallel, nranks);
+  const int dp = dataParallelSize(c, nranks);
   if (o.globalBatch % (dp * c.accumulate) != 0) {
     if (rank == 0) fprintf(stderr, "plait-train: --batch %d must divide by %d ranks × --accumulate\n", o.globalBatch, dp);
     return 2;
@@ -123,6 +123,7 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--heads", t.model.heads, "transformer heads");
   app.add_option("--blocks", t.model.blocks, "transformer blocks");
   app.add_option("--seq", t.model.seq, "transformer sequence length");
+  app.add_option("--tp-size", t.tpSize, "dp-tp: ranks per tensor-parallel group");
   app.add_option("--experts", t.model.moe.experts, "moe experts");
   app.add_option("--top-k", t.model.moe.topK, "moe experts per token");
   app.add_option("--capacity-factor", t.model.moe.capacityFactor, "moe capacity factor");
