@@ -64,7 +64,8 @@ Result<std::unique_ptr<Trainer>> makeTrainer(const TrainConfig& config, ncclComm
   if (p == "zero3") return makeZeroTrainer(config, comm, 3);
   if (p == "tp") return makeTensorParallelTrainer(config, comm, nullptr);
   if (p == "dp-tp") return makeDpTp(config, comm);
-  for (const char* later : {"pp-gpipe", "pp-1f1b", "ep"})
+  if (p == "ep") return makeExpertParallelTrainer(config, comm);
+  for (const char* later : {"pp-gpipe", "pp-1f1b"})
     if (p == later) return Status(Code::kInvalidUsage, "--parallel " + p + " is not implemented yet");
   return invalidArgument("unknown --parallel '" + p + "'");
 }

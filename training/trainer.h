@@ -82,6 +82,9 @@ Result<std::unique_ptr<Trainer>> makeZeroTrainer(const TrainConfig& config, nccl
 Result<std::unique_ptr<Trainer>> makeTensorParallelTrainer(const TrainConfig& config, ncclComm_t tpComm,
                                                            ncclComm_t dpComm);
 
+// Experts spread over comm's ranks (experts must divide by its size).
+Result<std::unique_ptr<Trainer>> makeExpertParallelTrainer(const TrainConfig& config, ncclComm_t comm);
+
 // Splits a batch's samples into k equal micro-batches (rows of x and labels).
 std::vector<Batch> splitBatch(const Batch& batch, int k);
 
