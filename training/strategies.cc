@@ -65,8 +65,8 @@ Result<std::unique_ptr<Trainer>> makeTrainer(const TrainConfig& config, ncclComm
   if (p == "tp") return makeTensorParallelTrainer(config, comm, nullptr);
   if (p == "dp-tp") return makeDpTp(config, comm);
   if (p == "ep") return makeExpertParallelTrainer(config, comm);
-  for (const char* later : {"pp-gpipe", "pp-1f1b"})
-    if (p == later) return Status(Code::kInvalidUsage, "--parallel " + p + " is not implemented yet");
+  if (p == "pp-gpipe") return makePipelineTrainer(config, comm, false);
+  if (p == "pp-1f1b") return makePipelineTrainer(config, comm, true);
   return invalidArgument("unknown --parallel '" + p + "'");
 }
 

@@ -50,6 +50,10 @@ struct StepTimes {
   double computeSeconds = 0;  // forward + backward (including overlapped communication)
   double commWaitSeconds = 0; // waiting for communication after backward
   double totalSeconds = 0;
+  // Pipelines: idle fraction of stage time, the ideal (p−1)/(m+p−1), and the
+  // most micro-batches whose activations one stage held at once.
+  double bubbleMeasured = 0, bubbleTheory = 0;
+  int peakInFlight = 0;
 };
 
 class Trainer {
@@ -84,6 +88,10 @@ Result<std::unique_ptr<Trainer>> makeTensorParallelTrainer(const TrainConfig& co
 
 // Experts spread over comm's ranks (experts must divide by its size).
 Result<std::unique_ptr<Trainer>> makeExpertParallelTrainer(const TrainConfig& config, ncclComm_t comm);
+
+// Stages over comm's ranks; m = config.accumulate micro-batches of the
+// (whole, not sharded) batch; GPipe or 1F1B.
+Result<std::unique_ptr<Trainer>> makePipelineTrainer(const TrainConfig& config, ncclComm_t comm, bool oneFOneB);
 
 // Splits a batch's samples into k equal micro-batches (rows of x and labels).
 std::vector<Batch> splitBatch(const Batch& batch, int k);

@@ -80,3 +80,24 @@ TEST_CASE("MoE routing drops tokens over capacity and the balance loss is 1 when
   for (int i = 0; i < 8; ++i) balanced[i * 4 + i % 4] = 1e-3f;  // near-uniform, first choices spread evenly
   CHECK(moeRoute(8, 4, 1, 1, 1.0, balanced.data()).auxLoss == Approx(1.0).epsilon(1e-3));
 }
+
+TEST_CASE("pipeline parallelism (GPipe and 1F1B) matches serial accumulation over the micro-batches",
+          "[training][pp]") {
+  for (std::string kind : {"mlp", "transformer"})
+    for (std::string parallel : {"pp-gpipe", "pp-1f1b"})
+      for (int stages : {2, 3}) {
+        INFO(kind << " " << parallel << " with " << stages << " stages");
+        TrainConfig c = config(kind, parallel);
+        c.localBatch = 8;
+        c.accumulate = 4;  // m micro-batches
+        auto dist = plait_test::runDistributed(stages, c, 4, byName());
+        REQUIRE(dist.errors.empty());
+        TrainConfig s = c;
+        s.parallel = "none";
+        auto serial = plait_test::runSerial(s, 1, 4);
+        // Same micro-batches, same layer code, same accumulation order: only
+        // stage boundaries differ, and they move tensors without arithmetic.
+        CHECK(dist.losses == serial.losses);
+        CHECK(dist.params[0] == serial.params[0]);
+      }
+}

@@ -78,6 +78,10 @@ int runRank(const Options& o, int rank, int nranks, ncclComm_t comm) {
     printf("tokens/s %.1f\n", rows / median(total));
     printf("step-ms median %.3f compute %.3f comm-wait %.3f\n", 1e3 * median(total), 1e3 * median(compute),
            1e3 * median(wait));
+    const StepTimes& t = (*trainer)->lastTimes();
+    if (c.parallel.rfind("pp-", 0) == 0)
+      printf("bubble measured %.3f theoretical %.3f (last step; %d micro-batches, at most %d in flight on rank 0)\n",
+             t.bubbleMeasured, t.bubbleTheory, c.accumulate, t.peakInFlight);
     for (int r = 0; r < nranks; ++r)
       printf("memory rank %d params %llu grads %llu optimizer %llu transient %llu\n", r,
              (unsigned long long)all[4 * r], (unsigned long long)all[4 * r + 1], (unsigned long long)all[4 * r + 2],
