@@ -11,7 +11,8 @@
 //
 // Algorithms: allreduce_ring, allreduce_ring_chunked, allreduce_halving_doubling,
 // reduce_scatter_halving_doubling, broadcast_one_to_all (in-place: reported in
-// the in-place column); allgather_ring, allgather, reduce, gather, scatter,
+// the in-place column); GLOO_SOCKET_IFNAME=<interface> binds there instead
+// of loopback (perf/net runs it across network namespaces); allgather_ring, allgather, reduce, gather, scatter,
 // alltoall (out-of-place: reported in the out-of-place column). float32 sum.
 // Time is the mean across ranks.
 #include <sys/wait.h>
@@ -194,7 +195,10 @@ plait::perf::Measurement measure(const Algorithm& a, const Options& o, const Con
 
 int runRank(const Algorithm& a, const Options& o, int rank, int size) {
   gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
+  // GLOO_SOCKET_IFNAME (PyTorch's name) picks an interface, e.g. across
+  // network namespaces (perf/net); otherwise loopback.
+  if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME")) attr.iface = iface;
+  else attr.hostname = "127.0.0.1";
   auto device = gloo::transport::tcp::CreateDevice(attr);
   gloo::rendezvous::FileStore store(o.storeDir);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);

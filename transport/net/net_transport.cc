@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -213,6 +214,43 @@ FifoReceiver* NetTransport::ringRecv(int channel) const {
 FifoSender* NetTransport::p2pSend(int peer) const { return p2pSend_[peer] ? p2pSend_[peer]->frontSender() : nullptr; }
 FifoReceiver* NetTransport::p2pRecv(int peer) const {
   return p2pRecv_[peer] ? p2pRecv_[peer]->frontReceiver() : nullptr;
+}
+
+Result<std::unique_ptr<NetTransport>> connectNetworkEdges(OobExchange& oob, ShmTransportOptions& so,
+                                                          const std::vector<uint64_t>& hostOf, Deadline deadline) {
+  const int nranks = oob.nranks(), rank = oob.rank();
+  if (std::all_of(hostOf.begin(), hostOf.end(), [&](uint64_t h) { return h == hostOf[0]; }))
+    return std::unique_ptr<NetTransport>();
+  NetTransportOptions no;
+  no.nChannels = so.nChannels;
+  no.ring = so.ring;
+  no.p2p = so.p2p;
+  no.ringPrev = so.ringPrev;
+  no.ringNext = so.ringNext;
+  no.remote.assign(nranks, false);
+  for (int r = 0; r < nranks; ++r) {
+    no.remote[r] = hostOf[r] != hostOf[rank];
+    if (no.remote[r] && r < static_cast<int>(so.pids.size())) so.pids[r] = -1;
+  }
+  no.localRank = static_cast<int>(std::find(so.localRanks.begin(), so.localRanks.end(), rank) - so.localRanks.begin());
+  no.abortFlag = so.abortFlag;
+  // Each rank has a proxy thread besides its own: count both for the wait policy.
+  no.oversubscribed = so.oversubscribed || hostOversubscribed(2 * static_cast<int>(so.localRanks.size()));
+  no.waitTimeoutMs = so.waitTimeoutMs;
+  PLAIT_ASSIGN_OR_RETURN(std::unique_ptr<NetTransport> net, NetTransport::connect(oob, no, deadline));
+  so.remoteRingSend.assign(so.nChannels, nullptr);
+  so.remoteRingRecv.assign(so.nChannels, nullptr);
+  for (int c = 0; c < so.nChannels; ++c) {
+    so.remoteRingSend[c] = net->ringSend(c);
+    so.remoteRingRecv[c] = net->ringRecv(c);
+  }
+  so.remoteP2pSend.assign(nranks, nullptr);
+  so.remoteP2pRecv.assign(nranks, nullptr);
+  for (int r = 0; r < nranks; ++r) {
+    so.remoteP2pSend[r] = net->p2pSend(r);
+    so.remoteP2pRecv[r] = net->p2pRecv(r);
+  }
+  return net;
 }
 
 }  // namespace plait

@@ -37,6 +37,7 @@
 #include "transport/fifo.h"
 #include "transport/net/net.h"
 #include "transport/oob.h"
+#include "transport/shm/shm_transport.h"
 
 namespace plait {
 
@@ -70,6 +71,9 @@ class NetConnector {
   void close(const PlaitNetV8& net);  // proxy thread or after it stopped
   void abortFront();                  // any thread: the schedule's end gives up
   bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // Proxy thread: every step the schedule posted has been sent (true for
+  // receive connectors and failed ones).
+  bool drained() const;
 
   bool sending() const { return sending_; }
   int peer() const { return peer_; }
@@ -117,7 +121,9 @@ class NetTransport {
   // starts the proxy thread. Blocks until connected, the deadline or abort.
   static Result<std::unique_ptr<NetTransport>> connect(OobExchange& oob, const NetTransportOptions& options,
                                                        Deadline deadline);
-  ~NetTransport();  // stops the proxy, closes connections, frees the FIFOs
+  // Stops the proxy once every posted step has been sent (at most 10 s),
+  // closes the connections, frees the FIFOs.
+  ~NetTransport();
 
   // Null where the edge is not a network one.
   FifoSender* ringSend(int channel) const;
@@ -148,5 +154,13 @@ class NetTransport {
   std::atomic<bool> aborting_{false};
   std::thread proxy_;
 };
+
+// The communicator's step: when the ranks span more than one host (hostOf
+// differs), connects every edge of `so` that leaves this host over the
+// network and fills so.remoteRing* / so.remoteP2p* with its connectors; also
+// clears so.pids of remote ranks (another host's pids mean nothing here).
+// Returns null when every rank is on one host. Collective, like connect().
+Result<std::unique_ptr<NetTransport>> connectNetworkEdges(OobExchange& oob, ShmTransportOptions& so,
+                                                          const std::vector<uint64_t>& hostOf, Deadline deadline);
 
 }  // namespace plait

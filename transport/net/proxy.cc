@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/clock.h"
@@ -152,6 +153,11 @@ void NetConnector::progressRecv(const PlaitNetV8& net, bool* moved) {
   }
 }
 
+bool NetConnector::drained() const {
+  if (!sending_ || failed() || comm_ == nullptr) return true;
+  return done_ == AtomicRef<uint64_t>(ctrl_->tail).load(mo::acquire);
+}
+
 void NetConnector::progress(const PlaitNetV8& net, bool* moved) {
   if (failed() || comm_ == nullptr) return;
   if (sending_) progressSend(net, moved);
@@ -165,13 +171,22 @@ void NetConnector::progress(const PlaitNetV8& net, bool* moved) {
 void NetTransport::proxyLoop() {
   constexpr int64_t kBusyNs = 200'000;  // keep polling this long after the last progress
   constexpr long kMinNapUs = 20, kMaxNapUs = 500;
+  constexpr uint64_t kDrainNs = 10'000'000'000;  // longest wait for unsent steps at destruction
   log::ScopedLogRank logRank(rank_);
   uint64_t lastMove = nowNs();
   long napUs = kMinNapUs;
-  while (!stop_.load(std::memory_order_acquire)) {
+  uint64_t drainUntil = 0;
+  for (;;) {
     if (aborting_.load(std::memory_order_acquire) ||
         (abortFlag_ && abortFlag_->load(std::memory_order_acquire) != 0))
       break;
+    // Stopping (the communicator is destroyed): steps the schedule already
+    // posted must still leave, or the peer would wait for them forever.
+    if (stop_.load(std::memory_order_acquire)) {
+      if (drainUntil == 0) drainUntil = nowNs() + kDrainNs;
+      bool sent = std::all_of(connectors_.begin(), connectors_.end(), [](auto& c) { return c->drained(); });
+      if (sent || nowNs() > drainUntil) break;
+    }
     bool moved = false;
     for (auto& c : connectors_) c->progress(*net_, &moved);
     if (moved) {

@@ -56,12 +56,14 @@ Result<std::unique_ptr<ShmTransport>> ShmTransport::connect(OobExchange& oob, co
   const int nranks = oob.nranks();
   t->localIndex_.assign(nranks, -1);
   for (size_t i = 0; i < options.localRanks.size(); ++i) t->localIndex_[options.localRanks[i]] = static_cast<int>(i);
+  auto remoteAt = [](const auto& v, int i) { return i < static_cast<int>(v.size()) ? v[i] : nullptr; };
   for (int c = 0; c < options.nChannels; ++c) {
-    for (int peer : {options.ringPrev[c], options.ringNext[c]})
-      if (t->localIndex_[peer] < 0)
-        return invalidUsage("ring channel " + std::to_string(c) + " connects rank " + std::to_string(t->rank_) +
-                            " to rank " + std::to_string(peer) +
-                            " on another host, and network transports are not built yet");
+    const int prev = options.ringPrev[c], next = options.ringNext[c];
+    if ((t->localIndex_[prev] < 0 && remoteAt(options.remoteRingRecv, c) == nullptr) ||
+        (t->localIndex_[next] < 0 && remoteAt(options.remoteRingSend, c) == nullptr))
+      return invalidUsage("ring channel " + std::to_string(c) + " connects rank " + std::to_string(t->rank_) +
+                          " to a rank on another host (" + std::to_string(prev) + " or " + std::to_string(next) +
+                          ") and no network connector was given for it");
   }
   auto seg = SharedSegment::create(t->segmentBytes());
   if (!seg.isOk()) return seg.takeStatus();
@@ -91,12 +93,18 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
     peerBase[peer] = peerSegments_.back().data();
   }
   auto at = [](void* base, size_t off) { return static_cast<char*>(base) + off; };
+  auto remoteAt = [](const auto& v, int i) { return i < static_cast<int>(v.size()) ? v[i] : nullptr; };
   for (int c = 0; c < options_.nChannels; ++c) {
     const int next = options_.ringNext[c], prev = options_.ringPrev[c];
-    ringSend_.push_back(std::make_unique<FifoSender>(at(peerBase[next], ringOffset(c)), options_.ring,
-                                                     newContext(next, "ring send")));
-    ringRecv_.push_back(std::make_unique<FifoReceiver>(at(own_->data(), ringOffset(c)), options_.ring,
-                                                       newContext(prev, "ring receive")));
+    ringSend_.push_back(localIndex_[next] < 0 ? nullptr
+                                              : std::make_unique<FifoSender>(at(peerBase[next], ringOffset(c)),
+                                                                             options_.ring, newContext(next, "ring send")));
+    ringRecv_.push_back(localIndex_[prev] < 0 ? nullptr
+                                              : std::make_unique<FifoReceiver>(at(own_->data(), ringOffset(c)),
+                                                                               options_.ring,
+                                                                               newContext(prev, "ring receive")));
+    ringSendAt_.push_back(ringSend_[c] ? ringSend_[c].get() : remoteAt(options_.remoteRingSend, c));
+    ringRecvAt_.push_back(ringRecv_[c] ? ringRecv_[c].get() : remoteAt(options_.remoteRingRecv, c));
   }
   meshSend_.resize(nranks);
   meshRecv_.resize(nranks);
@@ -119,10 +127,17 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
     p2pRecv_[peer] = std::make_unique<FifoReceiver>(at(own_->data(), p2pOffset(localIndex_[peer])), options_.p2p,
                                                     newContext(peer, "point-to-point receive"));
   }
+  p2pSendAt_.assign(nranks, nullptr);
+  p2pRecvAt_.assign(nranks, nullptr);
+  for (int peer = 0; peer < nranks; ++peer) {
+    p2pSendAt_[peer] = p2pSend_[peer] ? p2pSend_[peer].get() : remoteAt(options_.remoteP2pSend, peer);
+    p2pRecvAt_[peer] = p2pRecv_[peer] ? p2pRecv_[peer].get() : remoteAt(options_.remoteP2pRecv, peer);
+  }
   PLAIT_RETURN_IF_ERROR(oob.barrier(deadline));
   return own_->unlink();
 }
 
+// Aborts the connectors this transport owns (the network's abort themselves).
 void ShmTransport::abort() {
   for (auto& s : ringSend_) if (s) s->abort();
   for (auto& r : ringRecv_) if (r) r->abort();

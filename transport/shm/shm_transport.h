@@ -1,5 +1,9 @@
 // shm_transport.h — connectors between ranks of one host over shared memory.
 //
+// Ring and point-to-point edges to ranks on other hosts are not built here:
+// the network transport's connectors are passed in (ShmTransportOptions) and
+// handed out by the same accessors, so the executor need not tell them apart.
+//
 // Each rank creates one shared segment that holds every FIFO it receives on:
 // one ring FIFO per channel (from its ring predecessor) and one mesh FIFO per
 // other local rank (for small-message collectives) and one point-to-point FIFO
@@ -34,6 +38,13 @@ struct ShmTransportOptions {
   const std::atomic<uint32_t>* abortFlag = nullptr;
   bool oversubscribed = false;
   int64_t waitTimeoutMs = -1;  // bound on each wait of a connector (PLAIT_TIMEOUT)
+  // Connectors to ranks on other hosts (a network transport's, not owned),
+  // handed out where a ring neighbour or a point-to-point peer is not local:
+  // per channel, and per rank. Empty or null: that edge has none.
+  std::vector<FifoSender*> remoteRingSend;
+  std::vector<FifoReceiver*> remoteRingRecv;
+  std::vector<FifoSender*> remoteP2pSend;
+  std::vector<FifoReceiver*> remoteP2pRecv;
 };
 
 class ShmTransport {
@@ -44,15 +55,18 @@ class ShmTransport {
                                                        Deadline deadline);
   ~ShmTransport();
 
-  FifoSender* ringSend(int channel) { return ringSend_[channel].get(); }
-  FifoReceiver* ringRecv(int channel) { return ringRecv_[channel].get(); }
+  // The ring connectors of a channel: shared memory to a local neighbour,
+  // the network transport's to a remote one.
+  FifoSender* ringSend(int channel) { return ringSendAt_[channel]; }
+  FifoReceiver* ringRecv(int channel) { return ringRecvAt_[channel]; }
   // Null when peer is not on this host (or is this rank).
   FifoSender* meshSend(int peer) { return meshSend_[peer].get(); }
   FifoReceiver* meshRecv(int peer) { return meshRecv_[peer].get(); }
-  // Point-to-point connectors to a local peer, apart from the mesh so that
+  // Point-to-point connectors to a peer (shared memory when local, else the
+  // network transport's; null if there is none), apart from the mesh so that
   // unmatched user messages can never be mistaken for a collective's data.
-  FifoSender* p2pSend(int peer) { return p2pSend_[peer].get(); }
-  FifoReceiver* p2pRecv(int peer) { return p2pRecv_[peer].get(); }
+  FifoSender* p2pSend(int peer) { return p2pSendAt_[peer]; }
+  FifoReceiver* p2pRecv(int peer) { return p2pRecvAt_[peer]; }
   // One-cache-line channels to local peers, for messages ≤ kLinePayloadBytes.
   LineSender* lineSend(int peer) { return lineSend_[peer].get(); }
   LineReceiver* lineRecv(int peer) { return lineRecv_[peer].get(); }
@@ -84,6 +98,8 @@ class ShmTransport {
   std::vector<std::unique_ptr<FifoReceiver>> ringRecv_, meshRecv_, p2pRecv_;
   std::vector<std::unique_ptr<LineSender>> lineSend_;
   std::vector<std::unique_ptr<LineReceiver>> lineRecv_;
+  std::vector<FifoSender*> ringSendAt_, p2pSendAt_;  // what the accessors hand out: owned or remote
+  std::vector<FifoReceiver*> ringRecvAt_, p2pRecvAt_;
 };
 
 }  // namespace plait

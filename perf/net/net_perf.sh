@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# net_perf.sh — Plait's AllReduce across two network namespaces (one rank
+# each, tests/net/netns_lib.sh), beside iperf3 and Gloo's ring all-reduce
+# between the same namespaces, in the same run.
+#
+#   perf/net/net_perf.sh [BINDIR] [-- extra all_reduce_perf arguments]
+#
+# Prints iperf3 (one stream, one direction; and --bidir, both directions at
+# once: an all-reduce moves data both ways), then the Plait and Gloo tables
+# (float32 sum) and a ratio table: Plait busbw / iperf3, Plait / Gloo per
+# size. Environment: NCCL_NET (Socket default, or UCX), PLAIT_* tunables,
+# ROUNDS (default 3: interleaved Plait/Gloo rounds, medians reported).
+# Needs root, iproute2, iperf3.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BIN="${1:-$ROOT/build/bin}"
+shift || true
+[ "${1:-}" = "--" ] && shift
+EXTRA=("$@")
+ROUNDS=${ROUNDS:-3}
+# shellcheck source=../../tests/net/netns_lib.sh
+source "$ROOT/tests/net/netns_lib.sh"
+netns_available || { echo "net_perf.sh: needs root and ip netns"; exit 77; }
+command -v iperf3 >/dev/null || { echo "net_perf.sh: iperf3 not installed"; exit 77; }
+OUT=$(mktemp -d /tmp/plait-netperf.XXXXXX)
+netns_create 2
+trap 'netns_destroy; rm -rf "$OUT"' EXIT
+N0=$(netns_node 0) N1=$(netns_node 1)
+
+iperf() {  # prints Gbit/s of the receiver; $@: extra iperf3 client flags
+  ip netns exec "$N1" iperf3 -s -1 -p 5201 >/dev/null 2>&1 &
+  local server=$!
+  sleep 0.5
+  ip netns exec "$N0" iperf3 -c "$(netns_addr 1)" -p 5201 -t 5 -J "$@" >"$OUT/iperf.json"
+  wait $server || true
+  python3 - "$OUT/iperf.json" <<'EOF'
+import json, sys
+e = json.load(open(sys.argv[1]))["end"]
+bits = e["sum_received"]["bits_per_second"]
+if "sum_bidir_reverse" in e: bits += e["sum_bidir_reverse"]["bits_per_second"]
+print("%.2f" % (bits / 1e9))
+EOF
+}
+
+run_pair() {  # tag program args... (rank 0 in n0, rank 1 in n1)
+  local tag=$1 port=$((20000 + RANDOM % 30000)) i pids=()
+  shift
+  for i in 0 1; do
+    # shellcheck disable=SC2046
+    ip netns exec "$(netns_node $i)" env $(netns_rank_env $i) NCCL_COMM_ID="$(netns_comm_id $port)" \
+      PLAIT_RANK=$i PLAIT_NRANKS=2 GLOO_SOCKET_IFNAME=plnet "$@" >"$OUT/$tag.$i" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i"; done
+}
+
+echo "# iperf3 $(netns_addr 0) -> $(netns_addr 1): $(iperf) Gbit/s one way, $(iperf --bidir) Gbit/s both ways"
+STORE=$OUT/gloo-store
+for ((r = 1; r <= ROUNDS; r++)); do
+  run_pair "plait$r" "$BIN/all_reduce_perf" -b 64K -e 256M -f 4 -n 20 -w 3 -c 0 -d float -o sum "${EXTRA[@]}"
+  rm -rf "$STORE" && mkdir -p "$STORE"
+  run_pair "gloo$r" "$BIN/gloo_perf" -a allreduce_ring -s "$STORE" -b 64K -e 256M -f 4 -n 20 -w 3 -k 0
+done
+echo "# iperf3 again after the runs: $(iperf) Gbit/s one way, $(iperf --bidir) Gbit/s both ways"
+echo "# Plait all_reduce_perf (rank 0, round 1):"
+grep -v "^#" "$OUT/plait1.0" | grep -E "^ +[0-9]" || cat "$OUT/plait1.0"
+echo "# Gloo allreduce_ring (rank 0, round 1):"
+grep -E "^ +[0-9]" "$OUT/gloo1.0" || cat "$OUT/gloo1.0"
+python3 - "$OUT" "$ROUNDS" <<'EOF'
+import statistics, sys, glob
+out, rounds = sys.argv[1], int(sys.argv[2])
+def table(prefix, col):
+    rows = {}
+    for r in range(1, rounds + 1):
+        for line in open(f"{out}/{prefix}{r}.0"):
+            f = line.split()
+            if len(f) > col and f[0].isdigit():
+                try: rows.setdefault(int(f[0]), []).append(float(f[col]))
+                except ValueError: pass
+    return {k: statistics.median(v) for k, v in rows.items()}
+# busbw columns: out-of-place busbw is field 7 in the nccl-tests table; Gloo
+# (in-place algorithm) reports in the in-place busbw column, field 11.
+plait, gloo = table("plait", 7), table("gloo", 11)
+print("# medians of %d rounds, busbw GB/s" % rounds)
+print("%12s %10s %10s %8s" % ("size (B)", "Plait", "Gloo", "P/G"))
+for size in sorted(plait):
+    g = gloo.get(size)
+    print("%12d %10.3f %10s %8s" % (size, plait[size], "%.3f" % g if g else "-", "%.2f" % (plait[size] / g) if g else "-"))
+EOF

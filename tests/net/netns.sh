@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# netns.sh — multi-node tests on one machine (see netns_lib.sh for the
+# cluster it builds). Ranks r = node * P + local run in namespace <node>;
+# inside a node they use shared memory, between nodes the network transport.
+#
+#   netns.sh --nodes N --ranks-per-node P [--ipv6] [--loss PCT] [--net NAME]
+#            (--collectives BINDIR | --program PATH [--kill-node K])
+#
+# --collectives BINDIR  runs every nccl-tests style *_perf in BINDIR with
+#                       -c 1 (results checked on every rank) over a size sweep;
+#                       passes when all exit 0 with "#wrong" 0.
+# --program PATH        runs PATH as every rank; passes when all exit 0.
+# --kill-node K         with --program (tests/net/net_kill_rank): once every
+#                       rank runs, kills node K's processes; passes when every
+#                       other rank exits 0 (it saw ncclRemoteError) within
+#                       PLAIT_TIMEOUT + 30 s and some rank's error names
+#                       node K's address.
+# --net NAME            sets NCCL_NET (Socket, UCX, ...).
+# Exit: 0 pass, 1 fail, 77 skipped (not root, no `ip netns`).
+set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=netns_lib.sh
+source "$HERE/netns_lib.sh"
+
+NODES=2 PER=1 IPV6="" LOSS="" NET="" BINDIR="" PROGRAM="" KILL=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodes) NODES=$2; shift 2 ;;
+    --ranks-per-node) PER=$2; shift 2 ;;
+    --ipv6) IPV6=--ipv6; shift ;;
+    --loss) LOSS=$2; shift 2 ;;
+    --net) NET=$2; shift 2 ;;
+    --collectives) BINDIR=$2; shift 2 ;;
+    --program) PROGRAM=$2; shift 2 ;;
+    --kill-node) KILL=$2; shift 2 ;;
+    *) echo "netns.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+NRANKS=$((NODES * PER))
+netns_available || { echo "netns.sh: SKIP (needs root and ip netns)"; exit 77; }
+WORK=$(mktemp -d /tmp/plait-netns.XXXXXX)
+netns_create "$NODES" $IPV6
+trap 'netns_destroy; [ -n "${KEEP_LOGS:-}" ] || rm -rf "$WORK"' EXIT
+[ -n "$LOSS" ] && { netns_loss "$LOSS" || { echo "netns.sh: nft failed"; exit 1; }; }
+export PLAIT_TIMEOUT=${PLAIT_TIMEOUT:-60}
+[ -n "$NET" ] && export NCCL_NET=$NET
+echo "netns.sh: $NODES node(s) x $PER rank(s)${IPV6:+, IPv6}${LOSS:+, ${LOSS}% TCP loss}${NET:+, NCCL_NET=$NET}"
+
+PIDS=()
+# Starts every rank of one job in the background; logs in $WORK/<tag>.<rank>.
+start_job() {
+  local tag=$1 limit=$2 port=$((20000 + RANDOM % 30000)) i j r
+  shift 2
+  PIDS=()
+  for ((i = 0; i < NODES; i++)); do
+    for ((j = 0; j < PER; j++)); do
+      r=$((i * PER + j))
+      # shellcheck disable=SC2046
+      timeout -k 5 "$limit" ip netns exec "$(netns_node "$i")" env $(netns_rank_env "$i") \
+        NCCL_COMM_ID="$(netns_comm_id "$port")" PLAIT_RANK=$r PLAIT_NRANKS=$NRANKS \
+        PLAIT_LOCAL_RANK=$j PLAIT_LOCAL_NRANKS=$PER "$@" >"$WORK/$tag.$r" 2>&1 &
+      PIDS+=($!)
+    done
+  done
+}
+
+# Waits for every rank of the job; 0 when all exited 0.
+wait_job() {
+  local tag=$1 rc=0 r
+  for r in "${!PIDS[@]}"; do
+    if ! wait "${PIDS[$r]}"; then
+      rc=1
+      echo "--- $tag rank $r failed:"; tail -n 15 "$WORK/$tag.$r"
+    fi
+  done
+  return $rc
+}
+
+run_collectives() {
+  local failed=0 b name
+  for name in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter; do
+    b="$BINDIR/${name}_perf"
+    [ -x "$b" ] || { echo "netns.sh: missing $b"; failed=1; continue; }
+    start_job "$name" 300 "$b" -b 4 -e 8M -f 8 -c 1 -n 2 -w 1
+    if wait_job "$name" && grep -q "# Out of bounds values : 0 OK" "$WORK/$name.0"; then
+      echo "ok   ${name}_perf: $(grep 'Avg bus bandwidth' "$WORK/$name.0")"
+    else
+      echo "FAIL ${name}_perf"; failed=1
+    fi
+  done
+  # Every type and op once, at a size that is not a multiple of the ranks.
+  start_job all_types 300 "$BINDIR/all_reduce_perf" -b 1000003 -e 1000003 -c 1 -n 1 -w 0 -d all -o all
+  if wait_job all_types; then echo "ok   all_reduce_perf -d all -o all"; else echo "FAIL all types/ops"; failed=1; fi
+  return $failed
+}
+
+run_kill() {
+  local killed_addr survivors=0 named=0 r node rc=0 t0 deadline i
+  export PLAIT_TIMEOUT=${PLAIT_KILL_TIMEOUT:-20}
+  start_job kill $((PLAIT_TIMEOUT + 60)) "$PROGRAM"
+  deadline=$((SECONDS + 60))
+  for ((r = 0; r < NRANKS; r++)); do
+    until grep -q running "$WORK/kill.$r" 2>/dev/null; do
+      [ $SECONDS -gt $deadline ] && { echo "netns.sh: rank $r never started"; tail "$WORK/kill.$r"; return 1; }
+      sleep 0.2
+    done
+  done
+  sleep 2
+  killed_addr=$(netns_addr "$KILL")
+  t0=$SECONDS
+  for i in $(ip netns pids "$(netns_node "$KILL")"); do kill -9 "$i"; done
+  echo "netns.sh: killed node $KILL ($killed_addr)"
+  for r in "${!PIDS[@]}"; do
+    node=$((r / PER))
+    if [ "$node" = "$KILL" ]; then wait "${PIDS[$r]}" 2>/dev/null; continue; fi
+    survivors=$((survivors + 1))
+    if wait "${PIDS[$r]}"; then
+      echo "  $(grep net_kill_rank: "$WORK/kill.$r" | tail -n 1)"
+      grep -q "$killed_addr" "$WORK/kill.$r" && named=$((named + 1))
+    else
+      rc=1; echo "--- rank $r did not end with ncclRemoteError:"; tail -n 15 "$WORK/kill.$r"
+    fi
+  done
+  echo "netns.sh: $survivors survivor(s) returned in $((SECONDS - t0)) s; $named named $killed_addr"
+  [ $named -gt 0 ] || rc=1
+  return $rc
+}
+
+if [ -n "$BINDIR" ]; then run_collectives; status=$?
+elif [ -n "$KILL" ]; then run_kill; status=$?
+else start_job program 300 "$PROGRAM"; wait_job program; status=$?
+fi
+[ $status = 0 ] && echo "netns.sh: PASS" || echo "netns.sh: FAIL"
+exit $status
