@@ -1,0 +1,38 @@
+// coll_checks.h — one operation of each collective, checked on one rank
+// (defined in test_collectives.cc and test_coll_reduce.cc), so the forked
+// process tests can run the same checks.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include "coll_util.h"
+
+namespace coll_data {
+plait_test::Outcome checkBroadcast(ncclComm_t comm, const plait_test::CaseInfo& c, int variant);
+plait_test::Outcome checkAllGather(ncclComm_t comm, const plait_test::CaseInfo& c, int variant);
+plait_test::Outcome checkAlltoAll(ncclComm_t comm, const plait_test::CaseInfo& c, int variant);
+plait_test::Outcome checkGather(ncclComm_t comm, const plait_test::CaseInfo& c, int variant);
+plait_test::Outcome checkScatter(ncclComm_t comm, const plait_test::CaseInfo& c, int variant);
+}  // namespace coll_data
+
+namespace coll_reduce {
+plait_test::Outcome checkReduce(ncclComm_t comm, const plait_test::CaseInfo& c, int variant);
+plait_test::Outcome checkReduceScatter(ncclComm_t comm, const plait_test::CaseInfo& c, int variant);
+}  // namespace coll_reduce
+
+namespace plait_test {
+
+// Runs spec's sweep with threads as ranks for each rank count; every failing
+// rank's first error is reported.
+inline void runSweep(const SweepSpec& spec, const CheckFn& check, const std::vector<int>& rankCounts) {
+  for (int nranks : rankCounts) {
+    INFO("nranks " << nranks);
+    auto failures =
+        runThreads(nranks, [&](int rank, ncclComm_t comm) { return sweep(rank, nranks, comm, spec, check); });
+    for (auto& f : failures) FAIL_CHECK(f);
+  }
+}
+
+inline const std::vector<int> kRanks(std::begin(kSweepRanks), std::end(kSweepRanks));
+
+}  // namespace plait_test
