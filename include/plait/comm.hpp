@@ -54,7 +54,12 @@ class Comm {
   };
 
   // Collective over nranks ranks: blocks until all joined (PLAIT_TIMEOUT).
-  static Result<Comm> create(const ncclUniqueId& id, int nranks, int rank, const Options& options = {}) {
+  // (An overload rather than a default argument: GCC 12 rejects `= {}` for a
+  // nested struct with member initialisers.)
+  static Result<Comm> create(const ncclUniqueId& id, int nranks, int rank) {
+    return create(id, nranks, rank, Options());
+  }
+  static Result<Comm> create(const ncclUniqueId& id, int nranks, int rank, const Options& options) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     if (options.maxChannels > 0) config.maxCTAs = options.maxChannels;
     if (!options.name.empty()) config.commName = options.name.c_str();
@@ -96,6 +101,71 @@ class Comm {
     return allReduce(std::span<const T>(inOut), inOut, op, stream);
   }
 
+  // out (size() * in.size() elements) <- every rank's in, in rank order.
+  template <typename T>
+  Status allGather(std::span<const T> in, std::span<T> out, HostStream* stream = nullptr) {
+    if (Status s = checkSizes("allGather", in.size() * static_cast<size_t>(size()), out.size()); !s.isOk()) return s;
+    return statusFromNccl(
+        ncclAllGather(in.data(), out.data(), in.size(), DataTypeFor<T>::value, comm_, streamOf(stream)), comm_);
+  }
+  // out <- op over ranks of block rank() of in (size() * out.size() elements).
+  template <typename T>
+  Status reduceScatter(std::span<const T> in, std::span<T> out, ncclRedOp_t op = ncclSum,
+                       HostStream* stream = nullptr) {
+    if (Status s = checkSizes("reduceScatter", out.size() * static_cast<size_t>(size()), in.size()); !s.isOk())
+      return s;
+    return statusFromNccl(ncclReduceScatter(in.data(), out.data(), out.size(), DataTypeFor<T>::value, op, comm_,
+                                            streamOf(stream)),
+                          comm_);
+  }
+  // buf <- root's buf, on every rank.
+  template <typename T>
+  Status broadcast(std::span<T> buf, int root, HostStream* stream = nullptr) {
+    return statusFromNccl(
+        ncclBroadcast(buf.data(), buf.data(), buf.size(), DataTypeFor<T>::value, root, comm_, streamOf(stream)),
+        comm_);
+  }
+  // root's out <- op over ranks of in (out is ignored on other ranks).
+  template <typename T>
+  Status reduce(std::span<const T> in, std::span<T> out, int root, ncclRedOp_t op = ncclSum,
+                HostStream* stream = nullptr) {
+    if (rank() == root)
+      if (Status s = checkSizes("reduce", in.size(), out.size()); !s.isOk()) return s;
+    return statusFromNccl(
+        ncclReduce(in.data(), out.data(), in.size(), DataTypeFor<T>::value, op, root, comm_, streamOf(stream)),
+        comm_);
+  }
+  // Block j of in goes to rank j, which stores it as block rank() of out.
+  template <typename T>
+  Status allToAll(std::span<const T> in, std::span<T> out, HostStream* stream = nullptr) {
+    if (Status s = checkSizes("allToAll", in.size(), out.size()); !s.isOk()) return s;
+    const size_t n = static_cast<size_t>(size());
+    if (in.size() % n != 0)
+      return invalidArgument("allToAll: " + std::to_string(in.size()) + " elements do not split into " +
+                             std::to_string(n) + " blocks");
+    return statusFromNccl(
+        ncclAlltoAll(in.data(), out.data(), in.size() / n, DataTypeFor<T>::value, comm_, streamOf(stream)), comm_);
+  }
+  template <typename T>
+  Status send(std::span<const T> data, int peer, HostStream* stream = nullptr) {
+    return statusFromNccl(ncclSend(data.data(), data.size(), DataTypeFor<T>::value, peer, comm_, streamOf(stream)),
+                          comm_);
+  }
+  template <typename T>
+  Status recv(std::span<T> data, int peer, HostStream* stream = nullptr) {
+    return statusFromNccl(ncclRecv(data.data(), data.size(), DataTypeFor<T>::value, peer, comm_, streamOf(stream)),
+                          comm_);
+  }
+  // Collective: ranks with the same color (>= 0) form a new communicator,
+  // ordered by key; a negative color gives an empty Comm (valid() false).
+  Result<Comm> split(int color, int key) {
+    ncclComm_t child = nullptr;
+    ncclResult_t r = ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr);
+    if (r != ncclSuccess) return statusFromNccl(r, comm_);
+    return Comm(child);
+  }
+  bool valid() const { return comm_ != nullptr; }
+
   // Unblocks every wait of this communicator and frees it (any thread).
   Status abort() {
     ncclResult_t r = ncclCommAbort(comm_);
@@ -113,11 +183,36 @@ class Comm {
  private:
   explicit Comm(ncclComm_t comm) : comm_(comm) {}
   static cudaStream_t streamOf(HostStream* s) { return s ? s->handle() : nullptr; }
+  static Status checkSizes(const char* what, size_t want, size_t got) {
+    if (want == got) return Status::ok();
+    return invalidArgument(std::string(what) + ": buffer has " + std::to_string(got) + " elements, expected " +
+                           std::to_string(want));
+  }
   void reset() {
     if (comm_) ncclCommDestroy(comm_);
     comm_ = nullptr;
   }
   ncclComm_t comm_ = nullptr;
+};
+
+// ncclGroupStart/End as a scope: operations issued while a Group is open
+// run together at end() (or at destruction, whose error is then lost).
+class Group {
+ public:
+  Group() { open_ = ncclGroupStart() == ncclSuccess; }
+  ~Group() {
+    if (open_) (void)end();
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  Status end() {
+    if (!open_) return invalidUsage("the group is not open");
+    open_ = false;
+    return statusFromNccl(ncclGroupEnd());
+  }
+
+ private:
+  bool open_ = false;
 };
 
 }  // namespace plait

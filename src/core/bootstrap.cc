@@ -340,10 +340,11 @@ Result<UniqueIdContents> decodeUniqueId(const ncclUniqueId& id) {
 
 int64_t bootstrapTimeoutSec() { return std::max<int64_t>(kTimeoutSec.get(), 1); }
 
-Result<ncclUniqueId> createUniqueId() {
+namespace {
+Result<ncclUniqueId> makeUniqueId(bool fromEnvironment) {
   UniqueIdContents c;
   c.magic = kUniqueIdMagic;
-  if (const std::string& commId = kCommId.get(); !commId.empty()) {
+  if (const std::string& commId = kCommId.get(); fromEnvironment && !commId.empty()) {
     PLAIT_ASSIGN_OR_RETURN(c.root, net::SocketAddress::parse(commId));
     c.nonce = commIdNonce(c.root);
     c.hostedByRank0 = true;
@@ -359,6 +360,10 @@ Result<ncclUniqueId> createUniqueId() {
   encodeUniqueId(c, &id);
   return id;
 }
+}  // namespace
+
+Result<ncclUniqueId> createUniqueId() { return makeUniqueId(true); }
+Result<ncclUniqueId> createPrivateUniqueId() { return makeUniqueId(false); }
 
 uint64_t hostHash() {
   if (const std::string& id = kHostId.get(); !id.empty()) return fnv1a(id);

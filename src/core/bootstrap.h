@@ -55,6 +55,10 @@ Result<UniqueIdContents> decodeUniqueId(const ncclUniqueId& id);
 // on chooseInterfaceAddress() port 0 and encodes its address. The root lives
 // until every rank has been answered or PLAIT_TIMEOUT seconds pass. Thread-safe.
 Result<ncclUniqueId> createUniqueId();
+// The same with a root thread always, ignoring NCCL_COMM_ID: for ids made
+// inside a running job (ncclCommSplit), where the NCCL_COMM_ID address is
+// the parent's and several children need roots at once.
+Result<ncclUniqueId> createPrivateUniqueId();
 
 // A hash identifying this host: hostname + /proc/sys/kernel/random/boot_id.
 // NCCL_HOSTID (any string) replaces it, so tests can pretend to be several
