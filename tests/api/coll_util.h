@@ -98,10 +98,12 @@ class Guarded {
   static constexpr unsigned char kGuard = 0x77;
   static constexpr size_t kGuardBytes = 64;
 
-  Guarded(size_t elems, ncclDataType_t t) : bytes_(elems * sizeOf(t)), mem_(bytes_ + kGuardBytes + 64, 0) {
-    // 64-byte alignment of the data, like a device allocation.
+  // The data starts `shift` bytes past a 64-byte boundary (0: aligned like
+  // a device allocation; a multiple of the element size otherwise).
+  Guarded(size_t elems, ncclDataType_t t, size_t shift = 0)
+      : bytes_(elems * sizeOf(t)), mem_(bytes_ + kGuardBytes + 64 + shift, 0) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(mem_.data());
-    offset_ = (64 - a % 64) % 64;
+    offset_ = (64 - a % 64) % 64 + shift;
     std::memset(data(), kSentinel, bytes_);
     std::memset(data() + bytes_, kGuard, kGuardBytes);
   }
@@ -136,12 +138,16 @@ struct CaseInfo {
   int root = -1;
   int nranks = 0;
   int rank = 0;
+  bool misaligned = false;  // buffers off 64-byte alignment, send and recv by different amounts
+
+  size_t sendShift() const { return misaligned ? sizeOf(type) : 0; }
+  size_t recvShift() const { return misaligned ? 3 * sizeOf(type) : 0; }
 
   std::string str() const {
     std::ostringstream os;
     os << coll << " nranks " << nranks << " rank " << rank << " type " << typeLabel(type);
     if (op >= 0) os << " op " << opLabel(static_cast<ncclRedOp_t>(op));
-    os << " count " << count << (inPlace ? " in-place" : " out-of-place");
+    os << " count " << count << (inPlace ? " in-place" : " out-of-place") << (misaligned ? " misaligned" : "");
     if (root >= 0) os << " root " << root;
     return os.str();
   }
@@ -226,6 +232,7 @@ struct SweepSpec {
   std::vector<ncclDataType_t> types{std::begin(kAllTypes), std::end(kAllTypes)};
   std::vector<ncclRedOp_t> ops{std::begin(kAllOps), std::end(kAllOps)};
   std::vector<size_t> counts = kSweepCounts;
+  bool misaligned = false;
 };
 
 using CheckFn = std::function<Outcome(ncclComm_t, const CaseInfo&, int variant)>;
@@ -251,6 +258,7 @@ inline std::string sweep(int rank, int nranks, ncclComm_t comm, const SweepSpec&
             c.root = root;
             c.nranks = nranks;
             c.rank = rank;
+            c.misaligned = spec.misaligned;
             Outcome o = check(comm, c, variant);
             if (first.empty()) first = o.error;
             if (o.fatal) return first;

@@ -36,7 +36,7 @@ void expectReduced(Checker& chk, const char* what, const void* buf, size_t count
 Outcome checkReduce(ncclComm_t comm, const CaseInfo& c, int) {
   const ncclDataType_t t = c.type;
   const auto op = static_cast<ncclRedOp_t>(c.op);
-  Guarded send(c.count, t), recv(c.count, t);
+  Guarded send(c.count, t, c.sendShift()), recv(c.count, t, c.recvShift());
   fillInputs(send.data(), 0, c.count, t, op, c.rank, 0);
   Guarded& out = c.inPlace ? send : recv;
   if (ncclReduce(send.data(), out.data(), c.count, t, op, c.root, comm, nullptr) != ncclSuccess)
@@ -59,7 +59,7 @@ Outcome checkReduceScatter(ncclComm_t comm, const CaseInfo& c, int) {
   const ncclDataType_t t = c.type;
   const auto op = static_cast<ncclRedOp_t>(c.op);
   const size_t n = static_cast<size_t>(c.nranks), w = sizeOf(t);
-  Guarded send(n * c.count, t), recv(c.count, t);
+  Guarded send(n * c.count, t, c.sendShift()), recv(c.count, t, c.recvShift());
   fillInputs(send.data(), 0, n * c.count, t, op, c.rank, 0);
   void* out = c.inPlace ? send.data() + c.rank * c.count * w : recv.data();
   if (ncclReduceScatter(send.data(), out, c.count, t, op, comm, nullptr) != ncclSuccess)
@@ -125,7 +125,7 @@ Outcome checkPreMulSum(int rank, int nranks, ncclComm_t comm, ncclDataType_t t, 
   c.nranks = nranks;
   c.rank = rank;
   const size_t inCount = root >= 0 ? count : n * count;
-  Guarded send(inCount, t), recv(count, t);
+  Guarded send(inCount, t, c.sendShift()), recv(count, t, c.recvShift());
   for (size_t i = 0; i < inCount; ++i) store(send.data(), i, t, inputValue(t, ncclSum, rank, i));
   Outcome out;
   std::string err = withPreMulSum(comm, t, rank, [&](ncclRedOp_t op) -> std::string {
@@ -172,6 +172,18 @@ TEST_CASE("Reductions: 1M+7 elements", "[large][reductions]") {
   }
   SECTION("reducescatter avg float64") {
     runSweep(largeSpec(reductionSpec("ncclReduceScatter", false), {ncclFloat64}, {ncclAvg}), checkReduceScatter, ranks);
+  }
+}
+
+TEST_CASE("Reductions on buffers off 64-byte alignment", "[unaligned]") {
+  const std::vector<int> ranks = {2, 3, 5};
+  for (bool rooted : {true, false}) {
+    SweepSpec s = reductionSpec(rooted ? "ncclReduce" : "ncclReduceScatter", rooted);
+    s.misaligned = true;
+    s.types = {ncclInt8, ncclFloat16, ncclFloat32, ncclFloat64};
+    s.ops = {ncclSum, ncclMax};
+    s.counts = {1, 7, 1023, 70001};
+    runSweep(s, rooted ? CheckFn(checkReduce) : CheckFn(checkReduceScatter), ranks);
   }
 }
 

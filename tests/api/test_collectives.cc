@@ -21,7 +21,7 @@ Outcome checkBroadcast(ncclComm_t comm, const CaseInfo& c0, int variant) {
   const ncclDataType_t t = c.type;
   const bool isRoot = c.rank == c.root;
   const uint64_t rootSeed = seedOf(c.root, -1);
-  Guarded send(c.count, t), recv(c.count, t);
+  Guarded send(c.count, t, c.sendShift()), recv(c.count, t, c.recvShift());
   // Non-roots' send buffers hold their own data: it must be ignored.
   fillPattern(send.data(), 0, c.count, t, seedOf(c.rank, -1));
   if (c.inPlace && isRoot) fillPattern(recv.data(), 0, c.count, t, rootSeed);
@@ -43,7 +43,7 @@ Outcome checkBroadcast(ncclComm_t comm, const CaseInfo& c0, int variant) {
 Outcome checkAllGather(ncclComm_t comm, const CaseInfo& c, int) {
   const ncclDataType_t t = c.type;
   const size_t n = static_cast<size_t>(c.nranks), w = sizeOf(t);
-  Guarded send(c.count, t), recv(n * c.count, t);
+  Guarded send(c.count, t, c.sendShift()), recv(n * c.count, t, c.recvShift());
   fillPattern(send.data(), 0, c.count, t, seedOf(c.rank, -1));
   const void* in = send.data();
   if (c.inPlace) {
@@ -64,7 +64,7 @@ Outcome checkAllGather(ncclComm_t comm, const CaseInfo& c, int) {
 Outcome checkAlltoAll(ncclComm_t comm, const CaseInfo& c, int) {
   const ncclDataType_t t = c.type;
   const size_t n = static_cast<size_t>(c.nranks);
-  Guarded send(n * c.count, t), recv(n * c.count, t);
+  Guarded send(n * c.count, t, c.sendShift()), recv(n * c.count, t, c.recvShift());
   for (int j = 0; j < c.nranks; ++j) fillPattern(send.data(), j * c.count, c.count, t, seedOf(c.rank, j));
   if (ncclAlltoAll(send.data(), recv.data(), c.count, t, comm, nullptr) != ncclSuccess)
     return failedCall(c, "ncclAlltoAll", comm);
@@ -82,7 +82,7 @@ Outcome checkGather(ncclComm_t comm, const CaseInfo& c, int) {
   const ncclDataType_t t = c.type;
   const size_t n = static_cast<size_t>(c.nranks), w = sizeOf(t);
   const uint64_t mine = seedOf(c.rank, -1);
-  Guarded send(c.count, t), recv(n * c.count, t);
+  Guarded send(c.count, t, c.sendShift()), recv(n * c.count, t, c.recvShift());
   fillPattern(send.data(), 0, c.count, t, mine);
   const void* in = send.data();
   if (c.inPlace) {
@@ -112,7 +112,7 @@ Outcome checkGather(ncclComm_t comm, const CaseInfo& c, int) {
 Outcome checkScatter(ncclComm_t comm, const CaseInfo& c, int) {
   const ncclDataType_t t = c.type;
   const size_t n = static_cast<size_t>(c.nranks), w = sizeOf(t);
-  Guarded send(n * c.count, t), recv(c.count, t);
+  Guarded send(n * c.count, t, c.sendShift()), recv(c.count, t, c.recvShift());
   for (int j = 0; j < c.nranks; ++j) fillPattern(send.data(), j * c.count, c.count, t, seedOf(c.rank, j));
   void* out = c.inPlace ? send.data() + c.rank * c.count * w : recv.data();
   if (ncclScatter(send.data(), out, c.count, t, c.root, comm, nullptr) != ncclSuccess)
@@ -175,6 +175,22 @@ TEST_CASE("Data-movement collectives: 1M+7 elements", "[large][data]") {
   SECTION("alltoall") { runSweep(largeSpec(spec("ncclAlltoAll", false, {0})), checkAlltoAll, ranks); }
   SECTION("gather") { runSweep(largeSpec(spec("ncclGather", true, {0})), checkGather, ranks); }
   SECTION("scatter") { runSweep(largeSpec(spec("ncclScatter", true, {1})), checkScatter, ranks); }
+}
+
+TEST_CASE("Data-movement collectives on buffers off 64-byte alignment", "[unaligned]") {
+  const std::vector<int> ranks = {2, 3, 5};
+  for (SweepSpec s : {spec("ncclBroadcast", true, {0, 1}), spec("ncclAllGather", false),
+                      spec("ncclAlltoAll", false, {0}), spec("ncclGather", true), spec("ncclScatter", true)}) {
+    s.misaligned = true;
+    s.types = {ncclInt8, ncclFloat16, ncclFloat32, ncclFloat64};
+    s.counts = {1, 7, 1023, 70001};
+    const CheckFn check = std::string(s.coll) == "ncclBroadcast"   ? CheckFn(checkBroadcast)
+                          : std::string(s.coll) == "ncclAllGather" ? CheckFn(checkAllGather)
+                          : std::string(s.coll) == "ncclAlltoAll"  ? CheckFn(checkAlltoAll)
+                          : std::string(s.coll) == "ncclGather"    ? CheckFn(checkGather)
+                                                                   : CheckFn(checkScatter);
+    runSweep(s, check, ranks);
+  }
 }
 
 // The checks themselves must be able to fail: a copy that lands one element

@@ -225,37 +225,60 @@ TEST_CASE("All-to-all as n sends and n receives in one group, in any posting ord
   }
 }
 
+namespace {
+
+// One batch of messages to the same peer: how many, each one's size, and
+// whether the sends are posted before the receives.
+struct Batch {
+  const char* name;
+  int messages;
+  size_t (*count)(int m);
+  bool sendsFirst;
+};
+
+const Batch kBatches[] = {
+    {"5 equal messages", 5, [](int) { return size_t{1000}; }, false},
+    {"5 messages of growing size", 5, [](int m) { return size_t(1 + 997 * m); }, true},
+    {"64 small messages", 64, [](int m) { return size_t(257 + m % 3); }, true},
+    {"12 messages of 70001", 12, [](int) { return size_t{70001}; }, false},
+};
+
+// Sends every message of the batch to next and receives as many from prev,
+// in one group; message m must land in receive buffer m.
+Outcome sendBatch(int rank, int nranks, ncclComm_t comm, const Batch& b) {
+  const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  std::vector<Guarded> sends, recvs;
+  for (int m = 0; m < b.messages; ++m) {
+    sends.emplace_back(b.count(m), ncclInt32);
+    recvs.emplace_back(b.count(m), ncclInt32);
+    fillPattern(sends[m].data(), 0, b.count(m), ncclInt32, seedOf(rank, 100 + m));
+  }
+  std::vector<P2pOp> recvOps, ops;
+  for (int m = 0; m < b.messages; ++m) {
+    recvOps.push_back({false, prev, recvs[m].data(), b.count(m)});
+    ops.push_back({true, next, sends[m].data(), b.count(m)});
+  }
+  ops.insert(b.sendsFirst ? ops.end() : ops.begin(), recvOps.begin(), recvOps.end());
+  CaseInfo c = p2pCase(b.name, ncclInt32, 0, nranks, rank);
+  std::string err = postGroup(comm, ncclInt32, ops);
+  if (!err.empty()) return {c.str() + ": " + err, true};
+  Checker chk(c);
+  for (int m = 0; m < b.messages; ++m) {
+    chk.pattern(("message " + std::to_string(m)).c_str(), recvs[m].data(), 0, b.count(m), seedOf(prev, 100 + m));
+    chk.guard("recvbuff", recvs[m]);
+  }
+  return {chk.error()};
+}
+
+}  // namespace
+
 TEST_CASE("Several messages to the same peer in one group arrive in order", "[p2p][group][order]") {
-  const int kMessages = 5;
   for (int nranks : {2, 3}) {
     INFO("nranks " << nranks);
     auto failures = runThreads(nranks, [&](int rank, ncclComm_t comm) -> std::string {
-      const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
       FirstError fe;
-      for (bool sameSize : {true, false}) {
-        std::vector<size_t> counts;
-        for (int m = 0; m < kMessages; ++m) counts.push_back(sameSize ? 1000 : 1 + 997 * m);
-        std::vector<Guarded> sends, recvs;
-        for (int m = 0; m < kMessages; ++m) {
-          sends.emplace_back(counts[m], ncclInt32);
-          recvs.emplace_back(counts[m], ncclInt32);
-          fillPattern(sends[m].data(), 0, counts[m], ncclInt32, seedOf(rank, 100 + m));
-        }
-        std::vector<P2pOp> ops;
-        // All receives from prev, then all sends to next, each in message order.
-        for (int m = 0; m < kMessages; ++m) ops.push_back({false, prev, recvs[m].data(), counts[m]});
-        for (int m = 0; m < kMessages; ++m) ops.push_back({true, next, sends[m].data(), counts[m]});
-        std::string err = postGroup(comm, ncclInt32, ops);
-        CaseInfo c =
-            p2pCase(sameSize ? "in-order messages" : "in-order messages of growing size", ncclInt32, 0, nranks, rank);
-        if (!err.empty()) return c.str() + ": " + err;
-        Checker chk(c);
-        for (int m = 0; m < kMessages; ++m) {
-          chk.pattern(("message " + std::to_string(m)).c_str(), recvs[m].data(), 0, counts[m], seedOf(prev, 100 + m));
-          chk.guard("recvbuff", recvs[m]);
-        }
-        fe.add({chk.error()});
-      }
+      for (const Batch& b : kBatches)
+        if (!fe.add(sendBatch(rank, nranks, comm, b))) return fe.first;
       return fe.first;
     });
     for (auto& f : failures) FAIL_CHECK(f);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <numeric>
+#include <thread>
 
 #include "coll_util.h"
 #include "p2p_util.h"
@@ -154,6 +155,43 @@ TEST_CASE("ncclCommSplit of a split communicator", "[split]") {
     if (quarter) ncclCommDestroy(quarter);
     ncclCommDestroy(half);
     return err;
+  });
+  for (auto& f : failures) FAIL_CHECK(f);
+}
+
+namespace {
+
+// iters AllReduces of (rank+1) on comm; each result must be the sum over
+// the comm's members of (parent rank+1), i.e. `want`.
+std::string repeatAllReduce(ncclComm_t comm, int rank, int64_t want, int iters) {
+  std::vector<int64_t> buf(10007);
+  for (int it = 0; it < iters; ++it) {
+    std::fill(buf.begin(), buf.end(), rank + 1);
+    if (ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclInt64, ncclSum, comm, nullptr) != ncclSuccess)
+      return std::string("ncclAllReduce: ") + ncclGetLastError(comm);
+    for (size_t i = 0; i < buf.size(); ++i)
+      if (buf[i] != want)
+        return "iteration " + std::to_string(it) + " element " + std::to_string(i) + " is " + std::to_string(buf[i]) +
+               ", expected " + std::to_string(want);
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("A split communicator and its parent used at the same time from two threads per rank", "[split]") {
+  const int nranks = 4;
+  auto failures = runThreads(nranks, [&](int rank, ncclComm_t comm) -> std::string {
+    ncclComm_t child = nullptr;
+    if (ncclCommSplit(comm, rank % 2, 0, &child, nullptr) != ncclSuccess)
+      return std::string("ncclCommSplit: ") + ncclGetLastError(comm);
+    std::string childErr;
+    std::thread other([&] { childErr = repeatAllReduce(child, rank, (rank % 2 + 1) + (rank % 2 + 3), 50); });
+    std::string err = repeatAllReduce(comm, rank, 1 + 2 + 3 + 4, 50);
+    other.join();
+    ncclCommDestroy(child);
+    if (!childErr.empty()) return "split comm: " + childErr;
+    return err.empty() ? "" : "parent: " + err;
   });
   for (auto& f : failures) FAIL_CHECK(f);
 }
