@@ -17,6 +17,7 @@
 #include "base/config.h"
 #include "transport/net/net_plugin.h"
 #include "transport/net/net_transport.h"
+#include "transport/net_test_util.h"
 
 using namespace plait;
 
@@ -30,41 +31,6 @@ const PlaitNetV8& loopbackSocketNet() {
     return n;
   }();
   return *net;
-}
-
-// Connects one send comm to one recv comm over device 0, driving both sides.
-void connectPair(const PlaitNetV8& net, void** sendComm, void** recvComm) {
-  char handle[kNetHandleBytes];
-  void* listenComm = nullptr;
-  REQUIRE(net.listen(0, handle, &listenComm) == 0);
-  *sendComm = *recvComm = nullptr;
-  PlaitNetDeviceHandle* dh = nullptr;
-  Deadline d = Deadline::afterMs(5000);
-  while ((*sendComm == nullptr || *recvComm == nullptr) && !d.expired()) {
-    if (*sendComm == nullptr) REQUIRE(net.connect(0, handle, sendComm, &dh) == 0);
-    if (*recvComm == nullptr) REQUIRE(net.accept(listenComm, recvComm, &dh) == 0);
-  }
-  REQUIRE(*sendComm != nullptr);
-  REQUIRE(*recvComm != nullptr);
-  REQUIRE(net.closeListen(listenComm) == 0);
-}
-
-// Tests a request until done; returns the size (or -1 on error). `other`,
-// if not null, is tested meanwhile (the send side progresses only when tested).
-int waitRequest(const PlaitNetV8& net, void* req, void* other = nullptr) {
-  Deadline d = Deadline::afterMs(10000);
-  while (!d.expired()) {
-    int done = 0, size = 0;
-    if (other != nullptr) {
-      int otherDone = 0;
-      if (net.test(other, &otherDone, nullptr) != 0) other = nullptr;
-      if (otherDone) other = nullptr;
-    }
-    if (net.test(req, &done, &size) != 0) return -1;
-    if (done) return size;
-  }
-  FAIL("request never completed");
-  return -1;
 }
 
 // Two ranks as threads.

@@ -317,7 +317,7 @@ int finishPost(Request* r, ucs_status_ptr_t p, void** request) {
     delete r;
     return netr::kRemoteError;
   }
-  if (p == nullptr) r->done = true;  // completed in place (callbacks are not called then)
+  if (p == nullptr) r->done = true;  // a send completed in place (callbacks are not called then)
   r->ucx = p;
   *request = r;
   return netr::kSuccess;
@@ -340,16 +340,18 @@ int ucxIrecv(void* comm, int n, void** data, int* sizes, int* tags, void**, void
   std::lock_guard<std::mutex> lock(gMu);
   Comm* c = static_cast<Comm*>(comm);
   auto* r = new Request{c};
+  // No immediate completion: UCX 1.13 completes a receive that matches an
+  // already-arrived (unexpected) eager message in place and returns NULL
+  // without filling recv_info's length, so the step would look empty ("FIFO
+  // step holds 0 bytes"). With NO_IMM_CMPL the callback always reports the
+  // length (it may run before ucp_tag_recv_nbx returns: r is ready for it).
   ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_RECV_INFO;
-  ucp_tag_recv_info_t info{};
-  p.recv_info.tag_info = &info;
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   p.cb.recv = onRecv;
   p.user_data = r;
-  ucs_status_ptr_t s = ucp_tag_recv_nbx(gWorker, data[0], static_cast<size_t>(sizes[0]), fullTag(c, tags[0]),
-                                        ~uint64_t(0), &p);
-  if (s == nullptr) r->length = info.length;
-  return finishPost(r, s, request);
+  return finishPost(r,
+                    ucp_tag_recv_nbx(gWorker, data[0], static_cast<size_t>(sizes[0]), fullTag(c, tags[0]), ~uint64_t(0), &p),
+                    request);
 }
 
 int ucxTest(void* request, int* done, int* sizes) {
