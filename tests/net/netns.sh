@@ -4,7 +4,8 @@
 # inside a node they use shared memory, between nodes the network transport.
 #
 #   netns.sh --nodes N --ranks-per-node P [--ipv6] [--loss PCT] [--net NAME]
-#            (--collectives BINDIR | --program PATH [--kill-node K])
+#            [--budget SECONDS]
+#            (--collectives BINDIR | --topology BINDIR | --program PATH [--kill-node K])
 #
 # --collectives BINDIR  runs every nccl-tests style *_perf in BINDIR with
 #                       -c 1 (results checked on every rank) over a size sweep;
@@ -15,14 +16,26 @@
 #                       other rank exits 0 (it saw ncclRemoteError) within
 #                       PLAIT_TIMEOUT + 30 s and some rank's error names
 #                       node K's address.
+# --topology BINDIR     runs all_reduce_perf once with NCCL_DEBUG=INFO and 2
+#                       channels and checks the log: every channel's ring
+#                       crosses each node boundary once (N crossings, the
+#                       minimum: a node's ranks are contiguous) and every
+#                       rank names the transport per peer: SHM inside a node,
+#                       NET/<net>/plnet to other nodes.
 # --net NAME            sets NCCL_NET (Socket, UCX, ...).
-# Exit: 0 pass, 1 fail, 77 skipped (not root, no `ip netns`).
+# --budget SECONDS      the whole run's limit (default 240): every job's
+#                       timeout is cut to what is left, so the script ends,
+#                       and deletes its namespaces, before ctest's TIMEOUT
+#                       (set it above the budget) would kill it uncleanly.
+# Other environment (UCX_TLS, PLAIT_*) reaches every rank as is.
+# Exit: 0 pass, 1 fail, 77 skipped (not root, no `ip netns`; with
+# PLAIT_REQUIRE_NETNS=1, as CI sets, these fail instead of skipping).
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=netns_lib.sh
 source "$HERE/netns_lib.sh"
 
-NODES=2 PER=1 IPV6="" LOSS="" NET="" BINDIR="" PROGRAM="" KILL=""
+NODES=2 PER=1 IPV6="" LOSS="" NET="" BINDIR="" PROGRAM="" KILL="" TOPOLOGY="" BUDGET=240
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2 ;;
@@ -31,27 +44,40 @@ while [ $# -gt 0 ]; do
     --loss) LOSS=$2; shift 2 ;;
     --net) NET=$2; shift 2 ;;
     --collectives) BINDIR=$2; shift 2 ;;
+    --topology) BINDIR=$2; TOPOLOGY=1; shift 2 ;;
+    --budget) BUDGET=$2; shift 2 ;;
     --program) PROGRAM=$2; shift 2 ;;
     --kill-node) KILL=$2; shift 2 ;;
     *) echo "netns.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 NRANKS=$((NODES * PER))
-netns_available || { echo "netns.sh: SKIP (needs root and ip netns)"; exit 77; }
+SKIP=77
+[ "${PLAIT_REQUIRE_NETNS:-0}" = 1 ] && SKIP=1
+netns_available || { echo "netns.sh: SKIP (needs root and ip netns)"; exit $SKIP; }
+if [ -n "$LOSS" ] && ! command -v nft >/dev/null; then echo "netns.sh: SKIP (--loss needs nft)"; exit $SKIP; fi
 WORK=$(mktemp -d /tmp/plait-netns.XXXXXX)
 netns_create "$NODES" $IPV6
 trap 'netns_destroy; [ -n "${KEEP_LOGS:-}" ] || rm -rf "$WORK"' EXIT
 [ -n "$LOSS" ] && { netns_loss "$LOSS" || { echo "netns.sh: nft failed"; exit 1; }; }
 export PLAIT_TIMEOUT=${PLAIT_TIMEOUT:-60}
 [ -n "$NET" ] && export NCCL_NET=$NET
-echo "netns.sh: $NODES node(s) x $PER rank(s)${IPV6:+, IPv6}${LOSS:+, ${LOSS}% TCP loss}${NET:+, NCCL_NET=$NET}"
+echo "netns.sh: $NODES node(s) x $PER rank(s)${IPV6:+, IPv6}${LOSS:+, ${LOSS}% TCP loss}${NET:+, NCCL_NET=$NET}${UCX_TLS:+, UCX_TLS=$UCX_TLS}"
+END=$((SECONDS + BUDGET))
 
 PIDS=()
+PORT=$((20000 + RANDOM % 10000))
 # Starts every rank of one job in the background; logs in $WORK/<tag>.<rank>.
+# The job's time limit is cut to what is left of the budget (at least 5 s).
+# Each job's rendezvous port is new, below the ephemeral range (32768-):
+# a port the previous job's root or connections left in TIME_WAIT, or one
+# handed out as an ephemeral port meanwhile, cannot be bound again.
 start_job() {
-  local tag=$1 limit=$2 port=$((20000 + RANDOM % 30000)) i j r
+  local tag=$1 limit=$2 port=$((PORT++)) i j r
   shift 2
   PIDS=()
+  [ $((END - SECONDS)) -lt "$limit" ] && limit=$((END - SECONDS))
+  [ "$limit" -lt 5 ] && limit=5
   for ((i = 0; i < NODES; i++)); do
     for ((j = 0; j < PER; j++)); do
       r=$((i * PER + j))
@@ -64,14 +90,32 @@ start_job() {
   done
 }
 
-# Waits for every rank of the job; 0 when all exited 0.
+# Waits for every rank of the job; 0 when all exited 0. Once one rank has
+# failed, the others get 5 s to fail too (their own messages) and are then
+# stopped: a job whose root never started must not wait out the budget.
 wait_job() {
-  local tag=$1 rc=0 r
-  for r in "${!PIDS[@]}"; do
-    if ! wait "${PIDS[$r]}"; then
+  local tag=$1 rc=0 r p killer="" failed=()
+  local -A rankOf=()
+  for r in "${!PIDS[@]}"; do rankOf[${PIDS[$r]}]=$r; done
+  local left=("${PIDS[@]}") rest
+  while [ ${#left[@]} -gt 0 ]; do
+    rest=()
+    for p in "${left[@]}"; do
+      if kill -0 "$p" 2>/dev/null; then rest+=("$p"); continue; fi
+      wait "$p" && continue
       rc=1
-      echo "--- $tag rank $r failed:"; tail -n 15 "$WORK/$tag.$r"
+      failed+=("${rankOf[$p]}")
+    done
+    left=("${rest[@]}")
+    if [ $rc != 0 ] && [ -z "$killer" ] && [ ${#left[@]} -gt 0 ]; then
+      (sleep 5; kill "${left[@]}" 2>/dev/null) &
+      killer=$!
     fi
+    [ ${#left[@]} -gt 0 ] && sleep 0.1
+  done
+  [ -n "$killer" ] && kill "$killer" 2>/dev/null
+  for r in "${failed[@]}"; do
+    echo "--- $tag rank $r failed:"; tail -n 15 "$WORK/$tag.$r"
   done
   return $rc
 }
@@ -79,6 +123,7 @@ wait_job() {
 run_collectives() {
   local failed=0 b name
   for name in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter; do
+    [ $SECONDS -lt $END ] || { echo "FAIL the budget of $BUDGET s is spent before ${name}_perf"; return 1; }
     b="$BINDIR/${name}_perf"
     [ -x "$b" ] || { echo "netns.sh: missing $b"; failed=1; continue; }
     start_job "$name" 300 "$b" -b 4 -e 8M -f 8 -c 1 -n 2 -w 1
@@ -92,6 +137,13 @@ run_collectives() {
   start_job all_types 300 "$BINDIR/all_reduce_perf" -b 1000003 -e 1000003 -c 1 -n 1 -w 0 -d all -o all
   if wait_job all_types; then echo "ok   all_reduce_perf -d all -o all"; else echo "FAIL all types/ops"; failed=1; fi
   return $failed
+}
+
+run_topology() {
+  start_job topology 120 env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_NCHANNELS=2 \
+    "$BINDIR/all_reduce_perf" -b 1M -e 1M -n 1 -w 0 -c 1
+  wait_job topology || return 1
+  python3 "$HERE/check_topology.py" "$WORK" topology "$NODES" "$PER" "${NET:-Socket}"
 }
 
 run_kill() {
@@ -126,7 +178,8 @@ run_kill() {
   return $rc
 }
 
-if [ -n "$BINDIR" ]; then run_collectives; status=$?
+if [ -n "$TOPOLOGY" ]; then run_topology; status=$?
+elif [ -n "$BINDIR" ]; then run_collectives; status=$?
 elif [ -n "$KILL" ]; then run_kill; status=$?
 else start_job program 300 "$PROGRAM"; wait_job program; status=$?
 fi

@@ -12,6 +12,10 @@
 # netns_destroy             kills every process left in the namespaces and
 #                           deletes them (idempotent; installed as an EXIT trap
 #                           by netns_create, so it runs even on failure).
+# netns_sweep_stale         deletes namespaces (and their processes) left by
+#                           a run that was killed before its trap could run
+#                           (SIGKILL, e.g. a ctest timeout): pl<pid>* whose
+#                           <pid> no longer exists. netns_create calls it.
 # Requires root and iproute2 (`ip netns`); nft for netns_loss.
 
 NETNS_PREFIX="pl$$"
@@ -38,7 +42,21 @@ netns_destroy() {
   done
 }
 
+netns_sweep_stale() {
+  local ns owner pid
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^pl[0-9]+(sw|n[0-9]+|probe)$' || true); do
+    owner=${ns#pl}
+    owner=${owner%%[a-z]*}
+    [ "$owner" = "$$" ] && continue
+    kill -0 "$owner" 2>/dev/null && continue
+    echo "netns: removing $ns, left by a run (pid $owner) that no longer exists" >&2
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+}
+
 netns_create() {
+  netns_sweep_stale
   NETNS_NODES=$1
   [ "${2:-}" = "--ipv6" ] && NETNS_IPV6=1
   trap netns_destroy EXIT
