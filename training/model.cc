@@ -33,6 +33,7 @@ Tensor Model::forwardUnits(int first, int last, const Tensor& x, Hooks* hooks) {
   Tensor h = x;
   for (int u = first; u < last; ++u) {
     if (hooks) hooks->preForward(u);
+    if (compute != Precision::kFp32 && units[u]->kind() != "embedding") roundInPlace(compute, h.ptr(), h.size());
     if (checkpoint[u]) saved_[u] = h;
     h = units[u]->forward(h);
     if (checkpoint[u]) units[u]->dropCache();
@@ -49,6 +50,7 @@ Tensor Model::backwardUnits(int first, int last, const Tensor& dy, Hooks* hooks)
       units[u]->forward(saved_[u]);  // recompute the activations backward needs
       saved_[u] = Tensor();
     }
+    roundInPlace(compute, d.ptr(), d.size());
     d = units[u]->backward(d);
     units[u]->dropCache();
     if (hooks) hooks->postBackward(u);
@@ -82,13 +84,14 @@ double Model::evaluate(const Batch& batch) {
   return lossAndGradient(*this, logits, batch.labels, 1.0f, nullptr);
 }
 
-std::unique_ptr<Model> buildModel(const ModelConfig& c, TensorParallel tp, ExpertParallel ep) {
+std::unique_ptr<Model> buildModel(const ModelConfig& c, TensorParallel tp, ExpertParallel ep, DataParallelGroup dp) {
   auto m = std::make_unique<Model>();
   auto add = [&](Layer* l) { m->units.emplace_back(l); };
   if (c.kind == "mlp") {
     int width = c.inputs;
     for (int i = 0; i < c.depth; ++i) {
       add(new Linear(width, c.hidden, true, "fc" + std::to_string(i)));
+      if (c.batchnorm) add(new BatchNorm(c.hidden, dp, "bn" + std::to_string(i)));
       add(new Gelu());
       width = c.hidden;
     }

@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "training/batch_norm.h"
 #include "training/layers.h"
+#include "training/mixed_precision.h"
 #include "training/moe_layer.h"
 #include "training/tensor.h"
 
@@ -23,6 +25,7 @@ struct ModelConfig {
   std::string kind = "mlp";  // mlp | transformer | moe
   // mlp and moe: features in, classes out
   int inputs = 16, classes = 8, hidden = 32, depth = 2;
+  bool batchnorm = false;  // mlp: Linear → BatchNorm → GELU (SyncBN over the data-parallel group)
   // transformer: tokens
   int vocab = 16, seq = 8, d = 16, heads = 2, blocks = 2;
   MoeConfig moe;
@@ -54,6 +57,9 @@ class Model {
  public:
   std::vector<std::unique_ptr<Layer>> units;
   std::vector<bool> checkpoint;  // per unit: keep only its input, recompute in backward
+  // Mixed precision: each unit's input (but token ids) and each unit's output
+  // gradient are rounded to this format before the unit uses them.
+  Precision compute = Precision::kFp32;
 
   int numUnits() const { return int(units.size()); }
   std::vector<Param*> params();              // every parameter, forward order
@@ -83,8 +89,10 @@ double lossAndGradient(Model& model, const Tensor& logits, const std::vector<int
                        Tensor* dlogits);
 
 // The model kinds of ModelConfig. tp/ep: tensor/expert parallel groups (size
-// 1 for serial). Parameters are unbound (bind storage, then initialise).
-std::unique_ptr<Model> buildModel(const ModelConfig& config, TensorParallel tp = {}, ExpertParallel ep = {});
+// 1 for serial); dp: the group BatchNorm layers synchronise over (none for
+// serial). Parameters are unbound (bind storage, then initialise).
+std::unique_ptr<Model> buildModel(const ModelConfig& config, TensorParallel tp = {}, ExpertParallel ep = {},
+                                  DataParallelGroup dp = {});
 
 // Initialises every bound parameter from (seed, its name): the same name gets
 // the same values in every model and on every rank.

@@ -15,6 +15,10 @@
 // (Megatron's send_forward_recv_backward), so neighbours never wait on each
 // other in a cycle. Messages have a fixed size (a shape header and the largest
 // activation), so a receiver needs no separate size message.
+// DP × PP (dpComm): D pipelines side by side, each on its shard of the global
+// batch; after the flush every stage averages its gradients (ncclAvg) with the
+// same stage of the other pipelines, then updates. BatchNorm layers
+// synchronise over the same group.
 // Bubble: each stage times its compute; measured bubble = 1 − Σ busy / (p ×
 // step time), next to the ideal (p−1)/(m+p−1).
 #include <chrono>
@@ -50,10 +54,10 @@ std::vector<Op> schedule(bool oneFOneB, int stage, int stages, int m) {
 
 class PipelineTrainer : public Trainer {
  public:
-  PipelineTrainer(const TrainConfig& c, ncclComm_t comm, bool oneFOneB)
-      : c_(c), comm_(comm), oneFOneB_(oneFOneB), p_(commSize(comm)), s_(commRank(comm)), opt_(c.optimizer),
-        data_(c.model, c.seed), sampler_(data_.size(), 1, 0, c.seed) {
-    shape_ = buildModel(c.model);
+  PipelineTrainer(const TrainConfig& c, ncclComm_t comm, bool oneFOneB, ncclComm_t dpComm)
+      : c_(c), comm_(comm), dpComm_(dpComm), oneFOneB_(oneFOneB), p_(commSize(comm)), s_(commRank(comm)),
+        opt_(c.optimizer), data_(c.model, c.seed), sampler_(data_.size(), commSize(dpComm), commRank(dpComm), c.seed) {
+    shape_ = buildModel(c.model, {}, {}, DataParallelGroup{dpComm, nullptr});
     const int U = shape_->numUnits();
     if (U < p_) throw std::invalid_argument("more pipeline stages than model units");
     first_ = s_ * U / p_;
@@ -148,7 +152,7 @@ class PipelineTrainer : public Trainer {
       r = std::move(free_.back());
       free_.pop_back();
     } else {
-      r = buildModel(c_.model);
+      r = buildModel(c_.model, {}, {}, DataParallelGroup{dpComm_, nullptr});
       r->checkpoint.assign(r->numUnits(), c_.checkpoint);
       for (int u = first_; u < last_; ++u) bindUnit(*r, u, weights_[u - first_].data(), grads_[u - first_].data());
     }
@@ -209,12 +213,16 @@ class PipelineTrainer : public Trainer {
       else backward(op.micro);
     }
     exchange(-1);  // the last pending send
+    if (commSize(dpComm_) > 1)
+      for (auto& g : grads_)
+        if (!g.empty()) allReduce(dpComm_, g.data(), g.size(), ncclAvg);
     ++steps_;
     for (size_t i = 0; i < weights_.size(); ++i)
       opt_.update(weights_[i].data(), grads_[i].data(), state_[i].empty() ? nullptr : state_[i].data(),
                   weights_[i].size(), steps_);
     double loss = loss_ / c_.accumulate;
     check(ncclBroadcast(&loss, &loss, 1, ncclFloat64, p_ - 1, comm_, nullptr), "ncclBroadcast", comm_);
+    if (commSize(dpComm_) > 1) loss = allReduceScalar(dpComm_, loss, ncclAvg);
     times_.totalSeconds = since(t0);
     times_.computeSeconds = busy_;
     double busyAll = allReduceScalar(comm_, busy_, ncclSum), span = allReduceScalar(comm_, times_.totalSeconds, ncclMax);
@@ -225,7 +233,7 @@ class PipelineTrainer : public Trainer {
   }
 
   TrainConfig c_;
-  ncclComm_t comm_;
+  ncclComm_t comm_, dpComm_;
   bool oneFOneB_;
   int p_, s_, first_ = 0, last_ = 0;
   Optimizer opt_;
@@ -245,12 +253,13 @@ class PipelineTrainer : public Trainer {
 
 }  // namespace
 
-Result<std::unique_ptr<Trainer>> makePipelineTrainer(const TrainConfig& config, ncclComm_t comm, bool oneFOneB) {
+Result<std::unique_ptr<Trainer>> makePipelineTrainer(const TrainConfig& config, ncclComm_t comm, bool oneFOneB,
+                                                     ncclComm_t dpComm) {
   if (config.localBatch % config.accumulate != 0)
     return invalidArgument("pipeline: the batch must divide into --accumulate micro-batches");
   std::unique_ptr<Trainer> t;
   try {
-    Status s = catchCommError([&] { t = std::make_unique<PipelineTrainer>(config, comm, oneFOneB); });
+    Status s = catchCommError([&] { t = std::make_unique<PipelineTrainer>(config, comm, oneFOneB, dpComm); });
     if (!s.isOk()) return s;
   } catch (const std::invalid_argument& e) {
     return invalidArgument(e.what());

@@ -18,6 +18,7 @@
 #include "nccl.h"
 #include "plait/status.hpp"
 #include "training/data.h"
+#include "training/mixed_precision.h"
 #include "training/model.h"
 #include "training/optim.h"
 
@@ -26,7 +27,7 @@ namespace plait::training {
 struct TrainConfig {
   ModelConfig model;
   OptimizerConfig optimizer;
-  std::string parallel = "none";  // none | ddp | zero1 | zero2 | zero3 | tp | pp-gpipe | pp-1f1b | ep | dp-tp
+  std::string parallel = "none";  // none | ddp | zero1 | zero2 | zero3 | tp | pp-gpipe | pp-1f1b | ep | dp-tp | dp-pp
   uint64_t seed = 1;
   int localBatch = 8;   // samples per rank per step (per data-parallel rank)
   int accumulate = 1;   // micro-batches per step (localBatch must divide by it)
@@ -35,8 +36,17 @@ struct TrainConfig {
   size_t bucketBytes = 25u << 20;
   size_t firstBucketBytes = 1u << 20;
   bool overlap = true;  // false: all buckets after backward (the benchmark's baseline)
+  std::string ddpIsolate;  // benchmark only: "compute" (no all-reduce) or "comm" (no forward/backward)
   int nranksData = 1;   // serial reference: data-parallel ranks whose shards make its batch
   int tpSize = 2;       // dp-tp: tensor-parallel group size (ranks / tpSize data-parallel groups)
+  int ppSize = 2;       // dp-pp: pipeline stages (ranks / ppSize data-parallel groups)
+  // Mixed precision (serial and ddp; mixed_precision.h): compute and
+  // gradient format, fp32 master weights, dynamic loss scale.
+  std::string precision = "fp32";  // fp32 | bf16 | fp16
+  LossScaleConfig lossScale;
+  // Fault injection for tests: at step injectOverflowStep (−1: never) rank
+  // injectOverflowRank makes one of its local gradients +inf before reduction.
+  int injectOverflowStep = -1, injectOverflowRank = 0;
 };
 
 // Bytes this rank holds. Persistent: kept between steps. peakTransient: the
@@ -68,6 +78,10 @@ class Trainer {
   const StepTimes& lastTimes() const { return times_; }
   // Rows (tokens or samples) this rank processed per step.
   virtual int rowsPerStep() const = 0;
+  // Mixed precision: the loss scale the next step uses, and how many steps
+  // were skipped for inf/NaN gradients (1 and 0 without mixed precision).
+  virtual double lossScale() const { return 1; }
+  virtual int skippedSteps() const { return 0; }
 
  protected:
   StepTimes times_;
@@ -90,8 +104,11 @@ Result<std::unique_ptr<Trainer>> makeTensorParallelTrainer(const TrainConfig& co
 Result<std::unique_ptr<Trainer>> makeExpertParallelTrainer(const TrainConfig& config, ncclComm_t comm);
 
 // Stages over comm's ranks; m = config.accumulate micro-batches of the
-// (whole, not sharded) batch; GPipe or 1F1B.
-Result<std::unique_ptr<Trainer>> makePipelineTrainer(const TrainConfig& config, ncclComm_t comm, bool oneFOneB);
+// batch; GPipe or 1F1B. dpComm (null: none): the data-parallel group of this
+// stage (the same stage of the other pipelines); each pipeline then takes its
+// shard of the global batch and stage gradients are averaged over dpComm.
+Result<std::unique_ptr<Trainer>> makePipelineTrainer(const TrainConfig& config, ncclComm_t comm, bool oneFOneB,
+                                                     ncclComm_t dpComm = nullptr);
 
 // Splits a batch's samples into k equal micro-batches (rows of x and labels).
 std::vector<Batch> splitBatch(const Batch& batch, int k);

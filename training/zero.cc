@@ -38,7 +38,7 @@ class ZeroTrainer : public Trainer, private Hooks {
  public:
   ZeroTrainer(const TrainConfig& c, ncclComm_t comm, int stage)
       : c_(c), comm_(comm), stage_(stage), nranks_(commSize(comm)), rank_(commRank(comm)),
-        model_(buildModel(c.model)), opt_(c.optimizer), data_(c.model, c.seed),
+        model_(buildModel(c.model, {}, {}, DataParallelGroup{comm, nullptr})), opt_(c.optimizer), data_(c.model, c.seed),
         sampler_(data_.size(), nranks_, rank_, c.seed) {
     model_->checkpoint.assign(model_->numUnits(), c.checkpoint);
     units_.resize(model_->numUnits());

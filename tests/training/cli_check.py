@@ -7,6 +7,11 @@ seed and global batch, and checks the output contract (exactly one
 memory line per rank) and that the losses match serial within 1e-5 relative
 (reduction order only; see tests/training/test_ddp.cc).
 
+A strategy may name its rank count and precision, STRATEGY[:RANKS][@PRECISION]
+(e.g. dp-pp:4, ddp@bf16); a mixed-precision run is compared with the serial
+run in the same precision within 2e-2 (test_mixed_precision.cc explains it)
+and must print its loss-scale line.
+
 usage: cli_check.py PLAIT_RUN PLAIT_TRAIN STRATEGY...
 """
 import re
@@ -45,14 +50,21 @@ def parse(stdout, ranks, what):
 def main():
     plait_run, plait_train, strategies = sys.argv[1], sys.argv[2], sys.argv[3:]
     common = ["--model", "transformer", "--steps", str(STEPS), "--batch", "8", "--seed", "5"]
-    serial = parse(run([plait_train, "--parallel", "none"] + common), 1, "serial")
-    for strategy in strategies:
-        out = run([plait_run, "-n", "2", "--timeout", "60", plait_train, "--parallel", strategy] + common)
-        losses = parse(out, 2, strategy)
-        worst = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(losses, serial))
-        if worst > 1e-5:
-            sys.exit(f"FAIL {strategy}: losses {losses} vs serial {serial} (rel {worst:.2e})")
-        print(f"ok {strategy}: max rel diff {worst:.2e} vs serial")
+    serial = {}
+    for spec in strategies:
+        m = re.fullmatch(r"([\w-]+)(?::(\d+))?(?:@(\w+))?", spec)
+        strategy, ranks, precision = m.group(1), int(m.group(2) or 2), m.group(3) or "fp32"
+        args = common + ["--precision", precision]
+        if precision not in serial:
+            serial[precision] = parse(run([plait_train, "--parallel", "none"] + args), 1, "serial " + precision)
+        out = run([plait_run, "-n", str(ranks), "--timeout", "60", plait_train, "--parallel", strategy] + args)
+        losses = parse(out, ranks, spec)
+        if precision != "fp32" and not re.search(r"^loss-scale \S+ skipped \d+$", out, re.M):
+            sys.exit(f"FAIL {spec}: no loss-scale line")
+        worst = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(losses, serial[precision]))
+        if worst > (1e-5 if precision == "fp32" else 2e-2):
+            sys.exit(f"FAIL {spec}: losses {losses} vs serial {serial[precision]} (rel {worst:.2e})")
+        print(f"ok {spec}: max rel diff {worst:.2e} vs serial")
 
 
 main()

@@ -101,3 +101,27 @@ TEST_CASE("pipeline parallelism (GPipe and 1F1B) matches serial accumulation ove
         CHECK(dist.params[0] == serial.params[0]);
       }
 }
+
+TEST_CASE("DP x PP over ncclCommSplit matches serial", "[training][pp]") {
+  // Two pipelines of 2 stages on 4 ranks, each on half the global batch in 4
+  // micro-batches; stage gradients averaged over the data-parallel group.
+  for (std::string kind : {"mlp", "transformer"}) {
+    INFO(kind);
+    TrainConfig c = config(kind, "dp-pp");
+    c.ppSize = 2;
+    c.localBatch = 8;
+    c.accumulate = 4;
+    // Serial sums the same rows in other groupings (micro-batches of the
+    // global batch, not of each pipeline's shard): reduction order only.
+    compareWithSerial(c, 4, 2);
+  }
+  // With BatchNorm (SyncBN over the data-parallel group of each stage) and one
+  // micro-batch, each pipeline's batch is its shard, and the statistics cover
+  // the global batch as in serial.
+  TrainConfig c = config("mlp", "dp-pp");
+  c.model.batchnorm = true;
+  c.ppSize = 2;
+  c.optimizer.kind = "sgd";  // the bias before BN has gradient 0 + noise (see test_batch_norm.cc)
+  c.optimizer.lr = 0.1f;
+  compareWithSerial(c, 4, 2);
+}

@@ -4,6 +4,7 @@
 //   tokens/s T               (global rows per second, median step)
 //   step-ms median M compute C comm-wait W
 //   memory rank R params P grads G optimizer O transient X   (bytes, one line per rank)
+//   loss-scale S skipped N   (only with --precision bf16|fp16)
 // Ranks: started by plait-run (or mpirun, torchrun, Slurm), one process each;
 // without a launcher, --ranks N runs N ranks as threads of this process.
 //
@@ -86,6 +87,7 @@ int runRank(const Options& o, int rank, int nranks, ncclComm_t comm) {
       printf("memory rank %d params %llu grads %llu optimizer %llu transient %llu\n", r,
              (unsigned long long)all[4 * r], (unsigned long long)all[4 * r + 1], (unsigned long long)all[4 * r + 2],
              (unsigned long long)all[4 * r + 3]);
+    if (c.precision != "fp32") printf("loss-scale %g skipped %d\n", (*trainer)->lossScale(), (*trainer)->skippedSteps());
     fflush(stdout);
   }
   return 0;
@@ -108,7 +110,13 @@ int runThreads(const Options& o, int nranks) {
 void addOptions(CLI::App& app, Options& o) {
   TrainConfig& t = o.train;
   app.add_option("--model", t.model.kind, "mlp | transformer | moe")->check(CLI::IsMember({"mlp", "transformer", "moe"}));
-  app.add_option("--parallel", t.parallel, "none | ddp | zero1 | zero2 | zero3 | tp | pp-gpipe | pp-1f1b | ep | dp-tp");
+  app.add_option("--parallel", t.parallel,
+                 "none | ddp | zero1 | zero2 | zero3 | tp | pp-gpipe | pp-1f1b | ep | dp-tp | dp-pp");
+  app.add_option("--precision", t.precision, "fp32 | bf16 | fp16 (none, ddp): 16-bit compute and gradients, fp32 master")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--loss-scale", t.lossScale.initial, "initial dynamic loss scale (bf16/fp16)");
+  app.add_option("--loss-scale-window", t.lossScale.growthInterval, "good steps before the loss scale doubles");
+  app.add_flag("--batchnorm", t.model.batchnorm, "mlp: BatchNorm after each hidden Linear (SyncBN across data parallel)");
   app.add_option("--ranks", o.ranks, "ranks (threads of this process when no launcher started it)");
   app.add_option("--steps", o.steps, "optimizer steps");
   app.add_option("--seed", t.seed, "seed of data and initialisation");
@@ -128,6 +136,9 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--blocks", t.model.blocks, "transformer blocks");
   app.add_option("--seq", t.model.seq, "transformer sequence length");
   app.add_option("--tp-size", t.tpSize, "dp-tp: ranks per tensor-parallel group");
+  app.add_option("--pp-size", t.ppSize, "dp-pp: pipeline stages per data-parallel replica");
+  app.add_option("--ddp-isolate", t.ddpIsolate, "benchmark: ddp with only 'compute' or only 'comm'")
+      ->check(CLI::IsMember({"", "compute", "comm"}));
   app.add_option("--experts", t.model.moe.experts, "moe experts");
   app.add_option("--top-k", t.model.moe.topK, "moe experts per token");
   app.add_option("--capacity-factor", t.model.moe.capacityFactor, "moe capacity factor");
