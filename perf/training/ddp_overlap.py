@@ -1,14 +1,30 @@
 #!/usr/bin/env python3
-"""DDP step time with bucket all-reduces overlapping backward versus the same
-run with every all-reduce after backward (--no-overlap).
+"""How much of DDP's gradient all-reduce does overlapping it with backward hide?
 
-Both variants run alternately (ABAB...) under plait-run, `--repeats` times
-each, so drift on this shared machine hits both alike; reported are medians
-over repeats of each run's median step time (plait-train's `step-ms` line:
-total, compute = forward+backward (incl. overlapped launches), comm-wait = the
-wait for outstanding all-reduces after backward).
+Four variants of the same plait-train --parallel ddp run, under plait-run:
+  comm-only    --ddp-isolate comm: no forward/backward, only the bucket
+               all-reduces; its launch + wait time (the step's compute and
+               comm-wait fields, without the optimizer update) is `comm`
+  compute-only --ddp-isolate compute: forward/backward/update, no all-reduce
+  sequential   --no-overlap: every bucket all-reduced after backward
+  overlapped   the default: buckets all-reduced on a stream during backward
 
-usage: ddp_overlap.py [--build build] [--ranks 2] [--repeats 5] [plait-train args...]
+Each run reports its median step time over --steps (first step dropped); the
+variants run interleaved (A B C D A B C D ...) `--repeats` times so drift on a
+shared machine hits all alike, and the table shows medians over repeats with
+the spread (min-max). Derived:
+  hidden fraction = (sequential − overlapped) / comm
+  contention      = sequential − (compute-only + comm): > 0 when the
+                    two isolated parts slow each other down when run together
+A hidden fraction near 1 means the all-reduces ran entirely under backward; 0
+means overlap bought nothing; < 0 that it cost time. Because the variants of
+one repeat run back to back, the hidden fraction is also computed per repeat
+(paired: (sequential_i − overlapped_i) / comm_i) and reported as median and
+quartiles, and from the minima over repeats (the least-disturbed runs). When
+these disagree, or the quartiles straddle 0, the machine's noise is larger
+than the effect and no overlap figure should be quoted.
+
+usage: ddp_overlap.py [--build build] [--ranks 2] [--repeats 11] [plait-train args...]
 """
 import argparse
 import os
@@ -16,12 +32,17 @@ import re
 import statistics
 import subprocess
 
+VARIANTS = {
+    "comm-only": ["--ddp-isolate", "comm"],
+    "compute-only": ["--ddp-isolate", "compute"],
+    "sequential": ["--no-overlap"],
+    "overlapped": [],
+}
 
-def run(args, extra, overlap):
+
+def run(args, extra, flags):
     cmd = [os.path.join(args.build, "bin", "plait-run"), "-n", str(args.ranks), "--timeout", "600",
-           os.path.join(args.build, "bin", "plait-train"), "--parallel", "ddp"] + extra
-    if not overlap:
-        cmd.append("--no-overlap")
+           os.path.join(args.build, "bin", "plait-train"), "--parallel", "ddp"] + extra + flags
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     m = re.search(r"step-ms median (\S+) compute (\S+) comm-wait (\S+)", out)
     return tuple(float(x) for x in m.groups())
@@ -31,24 +52,39 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--build", default="build")
     p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=11)
     args, extra = p.parse_known_args()
     if not extra:
-        extra = ["--model", "mlp", "--inputs", "256", "--hidden", "512", "--depth", "4", "--batch", "8",
-                 "--steps", "12", "--bucket-kb", "256", "--first-bucket-kb", "64"]
-    results = {True: [], False: []}
+        extra = ["--model", "mlp", "--inputs", "512", "--hidden", "1024", "--depth", "3", "--batch", "2",
+                 "--steps", "20", "--bucket-kb", "4096", "--first-bucket-kb", "1024", "--optimizer", "sgd"]
+    results = {name: [] for name in VARIANTS}
     for _ in range(args.repeats):
-        for overlap in (True, False):
-            results[overlap].append(run(args, extra, overlap))
-    print(f"plait-train --parallel ddp {' '.join(extra)}; {args.ranks} ranks, {args.repeats} repeats (medians, ms)")
-    print(f"{'variant':<22}{'step':>10}{'compute':>10}{'comm-wait':>11}")
+        for name, flags in VARIANTS.items():
+            results[name].append(run(args, extra, flags))
+    print(f"plait-train --parallel ddp {' '.join(extra)}")
+    print(f"{args.ranks} ranks, {args.repeats} interleaved repeats; step ms, median (min-max) over repeats")
     med = {}
-    for overlap, name in ((False, "after backward"), (True, "overlapped")):
-        med[overlap] = [statistics.median(r[i] for r in results[overlap]) for i in range(3)]
-        print(f"{name:<22}{med[overlap][0]:>10.2f}{med[overlap][1]:>10.2f}{med[overlap][2]:>11.2f}")
-    hidden = med[False][0] - med[True][0]
-    print(f"step time saved by overlap: {hidden:.2f} ms ({100 * hidden / med[False][0]:.1f}%); "
-          f"exposed communication {med[False][2]:.2f} -> {med[True][2]:.2f} ms")
+    for name in VARIANTS:
+        steps = [r[0] for r in results[name]]
+        med[name] = statistics.median(steps)
+        fb = statistics.median(r[1] for r in results[name])
+        wait = statistics.median(r[2] for r in results[name])
+        print(f"  {name:<13}{med[name]:8.2f}  ({min(steps):5.2f}-{max(steps):5.2f})   "
+              f"forward+backward {fb:6.2f}   wait after backward {wait:5.2f}")
+    comms = [r[1] + r[2] for r in results["comm-only"]]
+    comm = statistics.median(comms)
+    print(f"  comm (all-reduces alone, no update) {comm:.2f}  ({min(comms):.2f}-{max(comms):.2f})")
+    saved = med["sequential"] - med["overlapped"]
+    print(f"hidden fraction = (sequential - overlapped) / comm = {saved:.2f} / {comm:.2f} = {saved / comm:.2f}")
+    extra_time = med["sequential"] - med["compute-only"] - comm
+    print(f"contention = sequential - (compute-only + comm) = {extra_time:.2f} ms")
+    paired = sorted((s[0] - o[0]) / c for s, o, c in zip(results["sequential"], results["overlapped"], comms))
+    q = statistics.quantiles(paired, n=4) if len(paired) > 1 else [paired[0]] * 3
+    print(f"hidden fraction per repeat (paired): median {q[1]:.2f}, quartiles {q[0]:.2f} .. {q[2]:.2f}")
+    mins = {name: min(r[0] for r in results[name]) for name in VARIANTS}
+    comm_min = min(comms)
+    print(f"hidden fraction from minima: ({mins['sequential']:.2f} - {mins['overlapped']:.2f}) / {comm_min:.2f} = "
+          f"{(mins['sequential'] - mins['overlapped']) / comm_min:.2f}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ double median(std::vector<double> v) {
 // Runs one rank; returns its exit code. comm may be null for one rank.
 int runRank(const Options& o, int rank, int nranks, ncclComm_t comm) {
   TrainConfig c = o.train;
-  const int dp = dataParallelSize(c, nranks);
+  // A serial run with --data-ranks N assembles its batch like N data-parallel ranks.
+  const int dp = c.parallel == "none" ? std::max(1, c.nranksData) : dataParallelSize(c, nranks);
   if (o.globalBatch % (dp * c.accumulate) != 0) {
     if (rank == 0) fprintf(stderr, "plait-train: --batch %d must divide by %d ranks × --accumulate\n", o.globalBatch, dp);
     return 2;
@@ -142,6 +143,10 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--experts", t.model.moe.experts, "moe experts");
   app.add_option("--top-k", t.model.moe.topK, "moe experts per token");
   app.add_option("--capacity-factor", t.model.moe.capacityFactor, "moe capacity factor");
+  app.add_option("--data-ranks", t.nranksData,
+                 "--parallel none: take the global batch rank by rank as N data-parallel ranks would");
+  app.add_option("--moe-groups", t.model.moe.groups,
+                 "moe: routing groups per batch (a serial run routes like N data-parallel ranks with N)");
 }
 
 }  // namespace
