@@ -1,13 +1,11 @@
 // query_api.cc — errors, queries, memory, registration, user operations.
-#include <sys/mman.h>
-
 #include <cstring>
-#include <map>
 
 #include "algorithms/types.h"
 #include "api/api_util.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "core/host_memory.h"
 
 using plait::Status;
 using namespace plait::api;
@@ -79,59 +77,75 @@ PLAIT_API(ncclResult_t, CommUserRank, (const ncclComm_t comm, int* rank)) {
 }
 
 // ---- Memory ------------------------------------------------------------------
-namespace {
-std::mutex gAllocMu;
-std::map<void*, size_t>& allocations() {
-  static auto* m = new std::map<void*, size_t>();
-  return *m;
-}
-}  // namespace
-
+// Host memory that local peers can map (core/host_memory.h), so collectives
+// on registered ncclMemAlloc buffers can go direct (core/direct.h).
 PLAIT_API(ncclResult_t, MemAlloc, (void** ptr, size_t size)) {
   const char* call = "ncclMemAlloc";
   if (ptr == nullptr) return fail(plait::invalidArgument("ptr is NULL"), call);
   if (size == 0) return fail(plait::invalidArgument("size is 0"), call);
-  // Page-aligned anonymous shared memory: a later issue lets peers map it.
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return fail(plait::systemError("mmap of " + std::to_string(size) + " bytes"), call);
-  std::lock_guard<std::mutex> lock(gAllocMu);
-  allocations()[p] = size;
-  *ptr = p;
+  plait::Result<void*> p = plait::host_memory::allocate(size);
+  if (!p.isOk()) return fail(p.status(), call);
+  *ptr = *p;
   return ncclSuccess;
 }
 
 PLAIT_API(ncclResult_t, MemFree, (void* ptr)) {
-  const char* call = "ncclMemFree";
   if (ptr == nullptr) return ncclSuccess;
-  size_t size = 0;
-  {
-    std::lock_guard<std::mutex> lock(gAllocMu);
-    auto it = allocations().find(ptr);
-    if (it == allocations().end()) return fail(plait::invalidArgument("ptr was not allocated by ncclMemAlloc"), call);
-    size = it->second;
-    allocations().erase(it);
-  }
-  munmap(ptr, size);
-  return ncclSuccess;
+  return fail(plait::host_memory::release(ptr), "ncclMemFree");
 }
 
 // ---- Registration ----------------------------------------------------------------
+// Local calls (no peer takes part), as NCCL's. A registration of memory
+// that is not from ncclMemAlloc is accepted; collectives on it simply take
+// the FIFO path unless every rank is a thread of one process.
+namespace {
+ncclResult_t registerRange(ncclComm_t comm, void* buff, size_t size, void** handle, plait::RegistrationKind kind,
+                           const char* call) {
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  if (buff == nullptr) return fail(plait::invalidArgument("buff is NULL"), call);
+  if (size == 0) return fail(plait::invalidArgument("size is 0"), call);
+  if (reinterpret_cast<uintptr_t>(buff) + size < reinterpret_cast<uintptr_t>(buff))
+    return fail(plait::invalidArgument("buff + size (" + std::to_string(size) + ") wraps around"), call);
+  CommUse use(comm);
+  if (!use.usable()) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);
+  return fail(comm->impl->registerBuffer(buff, size, kind, handle), call);
+}
+
+ncclResult_t deregisterHandle(ncclComm_t comm, void* handle, plait::RegistrationKind kind, const char* call) {
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  if (handle == nullptr) return fail(plait::invalidArgument("handle is NULL"), call);
+  CommUse use(comm);
+  if (!use.usable()) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);
+  return fail(comm->impl->deregisterBuffer(handle, kind), call);
+}
+}  // namespace
+
 PLAIT_API(ncclResult_t, CommRegister, (const ncclComm_t comm, void* buff, size_t size, void** handle)) {
-  return fail(plait::invalidUsage("ncclCommRegister is not supported yet by Plait"), "ncclCommRegister");
+  const char* call = "ncclCommRegister";
+  if (handle == nullptr) return fail(plait::invalidArgument("handle is NULL"), call);
+  return registerRange(comm, buff, size, handle, plait::RegistrationKind::kBuffer, call);
 }
 
 PLAIT_API(ncclResult_t, CommDeregister, (const ncclComm_t comm, void* handle)) {
-  return fail(plait::invalidUsage("ncclCommDeregister is not supported yet by Plait"), "ncclCommDeregister");
+  return deregisterHandle(comm, handle, plait::RegistrationKind::kBuffer, "ncclCommDeregister");
 }
 
+// A window is a registration with a handle of its own type. Host builds
+// make no use of NCCL_WIN_COLL_SYMMETRIC beyond accepting it.
 PLAIT_API(ncclResult_t, CommWindowRegister,
           (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags)) {
-  return fail(plait::invalidUsage("ncclCommWindowRegister is not supported yet by Plait"), "ncclCommWindowRegister");
+  const char* call = "ncclCommWindowRegister";
+  if (win == nullptr) return fail(plait::invalidArgument("win is NULL"), call);
+  if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0)
+    return fail(plait::invalidArgument("winFlags " + std::to_string(winFlags) + " has unknown bits"), call);
+  void* handle = nullptr;
+  ncclResult_t r = registerRange(comm, buff, size, &handle, plait::RegistrationKind::kWindow, call);
+  if (r == ncclSuccess) *win = static_cast<ncclWindow_t>(handle);
+  return r;
 }
 
 PLAIT_API(ncclResult_t, CommWindowDeregister, (ncclComm_t comm, ncclWindow_t win)) {
-  return fail(plait::invalidUsage("ncclCommWindowDeregister is not supported yet by Plait"),
-              "ncclCommWindowDeregister");
+  return deregisterHandle(comm, win, plait::RegistrationKind::kWindow, "ncclCommWindowDeregister");
 }
 
 // ---- User reduction operations ------------------------------------------------------

@@ -54,6 +54,8 @@ struct RankState {
   void* send = nullptr;
   void* recv = nullptr;
   bool fromNccl[2] = {false, false};
+  void* regHandles[2] = {nullptr, nullptr};  // -R 1
+  ncclWindow_t windows[2] = {nullptr, nullptr};  // -R 2
   ncclRedOp_t op = ncclSum;
   bool opCreated = false;
   double scratch = 0;  // statistics travel through here
@@ -191,6 +193,31 @@ void freeBuffer(void* p, bool fromNccl) {
     (void)ncclMemFree(p);
   } else {
     std::free(p);
+  }
+}
+
+// -R: registers (or, with register false, deregisters) this thread's
+// buffers, as nccl-tests' local_register does, so collectives on them may
+// use the direct path.
+void registerBuffers(ThreadState& ts, bool reg) {
+  Job& job = *ts.job;
+  const int mode = job.opts.localRegister;
+  if (mode == 0) return;
+  for (RankState& r : ts.ranks) {
+    void* bufs[2] = {r.send, r.recv};
+    const size_t caps[2] = {std::max<size_t>(job.sendCap, 4096), std::max<size_t>(job.recvCap, 4096)};
+    for (int b = 0; b < 2; ++b) {
+      if (mode == 1 && reg) {
+        checkCall(job, &r, "ncclCommRegister", ncclCommRegister(r.comm, bufs[b], caps[b], &r.regHandles[b]));
+      } else if (mode == 1) {
+        checkCall(job, &r, "ncclCommDeregister", ncclCommDeregister(r.comm, r.regHandles[b]));
+      } else if (reg) {
+        checkCall(job, &r, "ncclCommWindowRegister",
+                  ncclCommWindowRegister(r.comm, bufs[b], caps[b], &r.windows[b], NCCL_WIN_COLL_SYMMETRIC));
+      } else {
+        checkCall(job, &r, "ncclCommWindowDeregister", ncclCommWindowDeregister(r.comm, r.windows[b]));
+      }
+    }
   }
 }
 
@@ -399,6 +426,7 @@ void finishThread(ThreadState& ts) {
     job.report.avgBusBw = avgBusBw;
   }
   if (ts.wrongTotal != 0) job.exitCode.store(1);
+  registerBuffers(ts, false);
   for (RankState& r : ts.ranks) {
     checkCall(job, &r, "ncclCommDestroy", ncclCommDestroy(r.comm));
     {
@@ -421,6 +449,7 @@ void threadMain(Job* job, int index) {
     r.recv = allocBuffer(job->recvCap, &r.fromNccl[1]);
     if (r.send == nullptr || r.recv == nullptr) failJob(*job, "# Rank " + std::to_string(r.rank) + ": out of memory");
   }
+  registerBuffers(ts, true);
   printDevices(ts);
   if (ts.printer) printTableHeader(stdout);
   for (ncclDataType_t type : job->opts.types) {
@@ -472,7 +501,8 @@ void fillReportSettings(Job& job, const char* program) {
                   {"iters", std::to_string(o.iters)}, {"warmupIters", std::to_string(o.warmupIters)},
                   {"aggIters", std::to_string(o.aggIters)}, {"check", std::to_string(o.check)},
                   {"average", std::to_string(o.average)}, {"root", std::to_string(o.root)},
-                  {"launcher", job.layout.launcher}, {"nProcs", std::to_string(job.layout.nProcs)}};
+                  {"launcher", job.layout.launcher}, {"nProcs", std::to_string(job.layout.nProcs)},
+                  {"localRegister", std::to_string(o.localRegister)}};
 }
 
 }  // namespace

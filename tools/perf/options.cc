@@ -99,6 +99,7 @@ void printUsage(const char* program) {
       "  [-a,--average <0/1/2/3> report rank 0 / mean / min / max time across ranks]\n"
       "  [-J,--output_file <JSON output file>]\n"
       "  [-T,--timeout <seconds per size step, 0 disables>]\n"
+      "  [-R,--local_register <0/1/2> register ncclMemAlloc buffers: 1 ncclCommRegister, 2 ncclCommWindowRegister]\n"
       "  [-h,--help]\n"
       "Ranks: under plait-run (PLAIT_RANK/PLAIT_NRANKS), under mpirun (OMPI_COMM_WORLD_*), or one\n"
       "process; every process runs -t threads of -g ranks each.\n",
@@ -114,7 +115,8 @@ const struct option kLongOptions[] = {
     {"op", required_argument, nullptr, 'o'},           {"datatype", required_argument, nullptr, 'd'},
     {"root", required_argument, nullptr, 'r'},         {"blocking", required_argument, nullptr, 'z'},
     {"average", required_argument, nullptr, 'a'},      {"output_file", required_argument, nullptr, 'J'},
-    {"timeout", required_argument, nullptr, 'T'},      {"help", no_argument, nullptr, 'h'},
+    {"timeout", required_argument, nullptr, 'T'},      {"local_register", required_argument, nullptr, 'R'},
+    {"help", no_argument, nullptr, 'h'},
     {nullptr, 0, nullptr, 0}};
 
 // Applies one parsed flag; false when its value is invalid.
@@ -134,6 +136,7 @@ bool applyFlag(int c, const char* arg, Options* o) {
     case 'z': return parseInt(arg, &o->blocking);
     case 'a': return parseInt(arg, &o->average) && o->average >= 0 && o->average <= 3;
     case 'T': return parseInt(arg, &o->timeoutSec) && o->timeoutSec >= 0;
+    case 'R': return parseInt(arg, &o->localRegister) && o->localRegister >= 0 && o->localRegister <= 2;
     case 'J': o->jsonPath = arg; return !o->jsonPath.empty();
     case 'o': return parseOps(arg, &o->ops);
     case 'd': return parseTypes(arg, &o->types);
@@ -147,7 +150,7 @@ bool parseOptions(int argc, char** argv, Options* options, int* exitCode) {
   *exitCode = 1;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:c:o:d:r:z:a:J:T:h", kLongOptions, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:c:o:d:r:z:a:J:T:R:h", kLongOptions, nullptr)) != -1) {
     if (c == 'h') {
       printUsage(argv[0]);
       *exitCode = 0;

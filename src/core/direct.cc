@@ -1,0 +1,393 @@
+// direct.cc — the direct (zero-copy) path: probe, agreement, AllReduce and
+// AllGather on peers' buffers, completion handshake.
+#include "core/direct.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "algorithms/types.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "core/host_memory.h"
+
+namespace plait {
+namespace {
+
+PLAIT_PARAM_INT(kDirect, "DIRECT", 1, "zero-copy collectives on registered ncclMemAlloc buffers of local ranks (0: off)");
+PLAIT_PARAM_INT(kDirectMinBytes, "DIRECT_MIN_BYTES", 32 << 10,
+                "smallest AllReduce / AllGather (output bytes) that tries the direct path on registered buffers");
+PLAIT_PARAM_INT(kDirectChunkBytes, "DIRECT_CHUNK_BYTES", 64 << 10,
+                "bytes a direct AllReduce reduces at a time (all inputs of a chunk stay in cache)");
+PLAIT_PARAM_INT(kDirectStreamBytes, "DIRECT_STREAM_BYTES", 32 << 20,
+                "direct outputs of at least this many bytes are written with streaming stores");
+PLAIT_PARAM_INT(kDirectGatherPush, "DIRECT_ALLGATHER_PUSH", 0,
+                "direct AllGather: 0 each rank pulls peers' inputs, 1 each rank pushes its input to peers");
+PLAIT_PARAM_INT(kDirectMaxMappings, "DIRECT_MAX_MAPPINGS", 256, "peer allocations a communicator keeps mapped");
+
+constexpr int32_t kNone = -1;     // BufferRef::fd: not usable by peers
+constexpr int32_t kPointer = -2;  // BufferRef::fd: `where` is an address (every rank is in this process)
+constexpr size_t kProbeBytes = 4096;
+
+static_assert(sizeof(DirectPath::Descriptor) <= kLinePayloadBytes, "a descriptor must fit one line");
+
+// What each rank tells the others at creation.
+struct ProbeInfo {
+  uint64_t identity = 0;
+  uint64_t token = 0;
+  uint64_t minBytes = 0;
+  int32_t pid = 0;
+  int32_t fd = -1;
+  int32_t want = 0;  // PLAIT_DIRECT on here
+  int32_t push = 0;  // PLAIT_DIRECT_ALLGATHER_PUSH here
+  int32_t ok = 0;    // round 2: this rank mapped every peer's probe
+  int32_t pad = 0;
+};
+
+// Maps peer `p`'s probe and checks its token; returns "" or why not.
+std::string checkProbe(const ProbeInfo& p) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/fd/%d", p.pid, p.fd);
+  const int fd = ::open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return std::string("open ") + path + ": " + std::strerror(errno);
+  void* m = mmap(nullptr, kProbeBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (m == MAP_FAILED) return std::string("mmap ") + path + ": " + std::strerror(err);
+  uint64_t token = 0;
+  std::memcpy(&token, m, sizeof token);
+  munmap(m, kProbeBytes);
+  if (token != p.token) return std::string(path) + " is not the peer's probe (another pid namespace?)";
+  return "";
+}
+
+uint64_t randomToken() {
+  uint64_t t = 0;
+  if (getrandom(&t, sizeof t, 0) != static_cast<ssize_t>(sizeof t)) t = reinterpret_cast<uintptr_t>(&t) ^ getpid();
+  return t | 1;
+}
+
+const char* bufferName(bool send) { return send ? "sendbuff" : "recvbuff"; }
+
+}  // namespace
+
+// ---- creation ---------------------------------------------------------------------
+
+Result<std::unique_ptr<DirectPath>> DirectPath::create(OobExchange& oob, ShmTransport* shm, Deadline deadline) {
+  std::unique_ptr<DirectPath> d(new DirectPath());
+  d->rank_ = oob.rank();
+  d->nranks_ = oob.nranks();
+  d->shm_ = shm;
+  bool allLocal = shm != nullptr;
+  for (int r = 0; allLocal && r < d->nranks_; ++r) allLocal = r == d->rank_ || shm->isLocal(r);
+  if (d->nranks_ < 2 || !allLocal) return d;
+  PLAIT_RETURN_IF_ERROR(d->probe(oob, deadline));
+  if (!d->enabled_) return d;
+  d->chunkBytes_ = std::max<size_t>(4096, static_cast<size_t>(kDirectChunkBytes.get()) / 64 * 64);
+  d->streamBytes_ = static_cast<size_t>(std::max<int64_t>(0, kDirectStreamBytes.get()));
+  d->scratch_.resize(d->chunkBytes_);
+  d->mappings_ = std::make_unique<PeerMappings>(
+      std::max<size_t>(static_cast<size_t>(std::max<int64_t>(0, kDirectMaxMappings.get())), 2 * d->nranks_ + 2));
+  d->descs_.resize(d->nranks_);
+  d->sends_.resize(d->nranks_);
+  d->recvs_.resize(d->nranks_);
+  return d;
+}
+
+// Two exchanges: everyone's probe (a small memfd with a random token), then
+// whether everyone could map every other process's probe. The settings that
+// the protocol depends on are agreed here too, so ranks with different
+// environments cannot disagree later.
+Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
+  std::vector<ProbeInfo> info(nranks_);
+  ProbeInfo& mine = info[rank_];
+  mine.identity = host_memory::processIdentity();
+  mine.pid = static_cast<int32_t>(getpid());
+  mine.want = kDirect.get() != 0;
+  mine.push = kDirectGatherPush.get() != 0;
+  mine.minBytes = static_cast<uint64_t>(std::max<int64_t>(1, kDirectMinBytes.get()));
+  mine.token = randomToken();
+  int fd = mine.want ? memfd_create("plait-probe", MFD_CLOEXEC) : -1;
+  if (fd >= 0 && ftruncate(fd, kProbeBytes) == 0) {
+    if (void* m = mmap(nullptr, kProbeBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0); m != MAP_FAILED) {
+      std::memcpy(m, &mine.token, sizeof mine.token);
+      munmap(m, kProbeBytes);
+      mine.fd = fd;
+    }
+  }
+  PLAIT_RETURN_IF_ERROR(oob.allGather(info.data(), sizeof(ProbeInfo), deadline));
+  std::string why;
+  for (int r = 0; r < nranks_ && why.empty(); ++r) {
+    if (!info[r].want) why = "PLAIT_DIRECT=0 on rank " + std::to_string(r);
+    else if (info[r].identity == mine.identity) continue;
+    else if (info[r].fd < 0) why = "rank " + std::to_string(r) + " could not create a memfd";
+    else if (std::string e = checkProbe(info[r]); !e.empty()) why = "cannot map rank " + std::to_string(r) + "'s memory: " + e;
+  }
+  mine.ok = why.empty();
+  PLAIT_RETURN_IF_ERROR(oob.allGather(info.data(), sizeof(ProbeInfo), deadline));
+  if (fd >= 0) ::close(fd);
+  enabled_ = true;
+  oneProcess_ = true;
+  for (int r = 0; r < nranks_; ++r) {
+    enabled_ = enabled_ && info[r].ok;
+    oneProcess_ = oneProcess_ && info[r].identity == mine.identity;
+    minBytes_ = r == 0 ? info[r].minBytes : std::max<size_t>(minBytes_, info[r].minBytes);
+    pids_.push_back(info[r].pid);
+    identities_.push_back(info[r].identity);
+  }
+  gatherPush_ = info[0].push != 0;
+  if (!enabled_) minBytes_ = SIZE_MAX;
+  if (enabled_) {
+    PLAIT_INFO(kInit, "direct collectives on registered buffers: on from %zu bytes (%s, AllGather %s)", minBytes_,
+               oneProcess_ ? "ranks are threads of one process" : "peers map ncclMemAlloc memory via /proc",
+               gatherPush_ ? "push" : "pull");
+  } else {
+    PLAIT_INFO(kInit, "direct collectives on registered buffers: off (%s)",
+               why.empty() ? "another rank could not map its peers' memory" : why.c_str());
+  }
+  return Status::ok();
+}
+
+DirectPath::~DirectPath() = default;
+
+Status DirectPath::registerBuffer(void* buff, size_t bytes, RegistrationKind kind, void** handle) {
+  PLAIT_ASSIGN_OR_RETURN(*handle, registrations_.add(buff, bytes, kind));
+  return Status::ok();
+}
+
+Status DirectPath::deregisterBuffer(void* handle, RegistrationKind kind) { return registrations_.remove(handle, kind); }
+
+// ---- one operation --------------------------------------------------------------
+
+Result<bool> DirectPath::run(const Task& task) {
+  if (!enabled_) return false;
+  const bool allReduce = task.coll == CollType::kAllReduce;
+  if (!allReduce && task.coll != CollType::kAllGather) return false;
+  PLAIT_ASSIGN_OR_RETURN(bool direct, exchange(task, allReduce, gatherPush_));
+  if (!direct) return false;
+  Status s = resolve(task, allReduce, gatherPush_);
+  if (s.isOk()) {
+    if (allReduce) {
+      this->allReduce(task);
+    } else {
+      allGather(task, gatherPush_);
+    }
+  }
+  PLAIT_RETURN_IF_ERROR(finish(std::move(s)));
+  return true;
+}
+
+DirectPath::BufferRef DirectPath::describe(const void* ptr, size_t bytes) const {
+  BufferRef ref;
+  ref.fd = kNone;
+  Registration reg;
+  if (!registrations_.find(ptr, bytes, &reg)) return ref;
+  if (oneProcess_) {
+    ref.fd = kPointer;
+    ref.where = reinterpret_cast<uintptr_t>(ptr);
+  } else if (reg.fd >= 0) {
+    ref.fd = reg.fd;
+    ref.generation = reg.generation;
+    ref.where = reinterpret_cast<uintptr_t>(ptr) - reinterpret_cast<uintptr_t>(reg.allocBase);
+  }
+  return ref;
+}
+
+// Steps 1 and 2 of the protocol. Every rank sees every descriptor, so every
+// rank reaches the same answer (or the same error) from the same data.
+Result<bool> DirectPath::exchange(const Task& task, bool allReduce, bool push) {
+  const size_t bytes = task.count * typeSize(task.type);
+  Descriptor& mine = descs_[rank_];
+  mine = Descriptor();
+  mine.shape = static_cast<uint32_t>(task.coll) | static_cast<uint32_t>(task.type) << 8 |
+               (allReduce ? static_cast<uint32_t>(task.op.kind) << 16 : 0) | (push ? 1u << 24 : 0);
+  mine.count = static_cast<uint32_t>(task.count);
+  mine.scalar = allReduce ? task.op.scalar : 0;
+  const bool needSend = allReduce || !push, needRecv = allReduce || push;
+  mine.send.fd = mine.recv.fd = kNone;
+  if (needSend) mine.send = describe(task.sendbuff, bytes);
+  if (needRecv) mine.recv = describe(task.recvbuff, allReduce ? bytes : bytes * nranks_);
+  for (int p = 0; p < nranks_; ++p)
+    if (p != rank_) PLAIT_RETURN_IF_ERROR(shm_->lineSend(p)->send(&mine, sizeof mine));
+  for (int p = 0; p < nranks_; ++p)
+    if (p != rank_) PLAIT_RETURN_IF_ERROR(shm_->lineRecv(p)->recv(&descs_[p], sizeof(Descriptor)));
+  for (int p = 0; p < nranks_; ++p) {
+    if (descs_[p].shape != mine.shape || descs_[p].count != mine.count)
+      return internalError("ranks disagree on the operation: rank " + std::to_string(p) + " described another " +
+                           "collective, type, op or count than rank " + std::to_string(rank_));
+  }
+  for (int p = 0; p < nranks_; ++p) {
+    for (bool send : {true, false}) {
+      if (!(send ? needSend : needRecv) || (send ? descs_[p].send : descs_[p].recv).fd != kNone) continue;
+      const std::string why = "rank " + std::to_string(p) + "'s " + bufferName(send) +
+                              " is not in registered memory that every rank can map";
+      logOnce(task, false, why.c_str());
+      return false;
+    }
+  }
+  logOnce(task, true, "");
+  return true;
+}
+
+// The address of every buffer this rank touches, in its own address space.
+Status DirectPath::resolve(const Task& task, bool allReduce, bool push) {
+  const size_t bytes = task.count * typeSize(task.type);
+  mappings_->beginOperation();
+  for (int p = 0; p < nranks_; ++p) {
+    sends_[p] = nullptr;
+    recvs_[p] = nullptr;
+    if (p == rank_) {
+      sends_[p] = static_cast<const char*>(task.sendbuff);
+      recvs_[p] = static_cast<char*>(task.recvbuff);
+      continue;
+    }
+    if (allReduce || !push) {
+      PLAIT_ASSIGN_OR_RETURN(char* s, peerAddress(p, descs_[p].send, bytes));
+      sends_[p] = s;
+    }
+    if (allReduce || push) {
+      PLAIT_ASSIGN_OR_RETURN(char* r, peerAddress(p, descs_[p].recv, allReduce ? bytes : bytes * nranks_));
+      recvs_[p] = r;
+    }
+  }
+  return Status::ok();
+}
+
+Result<char*> DirectPath::peerAddress(int peer, const BufferRef& ref, size_t bytes) {
+  if (ref.fd == kPointer) return reinterpret_cast<char*>(static_cast<uintptr_t>(ref.where));
+  if (identities_[peer] == identities_[rank_]) {  // a thread of this process: its allocation is ours too
+    void* base = host_memory::baseOf(ref.fd, ref.generation);
+    if (base == nullptr)
+      return internalError("rank " + std::to_string(peer) + "'s allocation (fd " + std::to_string(ref.fd) +
+                           ") is not live in this process");
+    return static_cast<char*>(base) + ref.where;
+  }
+  return mappings_->map(peer, pids_[peer], ref.fd, ref.generation, ref.where, bytes);
+}
+
+// Step 3: tell every peer how this rank's share went, hear how theirs went.
+Status DirectPath::finish(Status mine) {
+  const uint64_t word = mine.isOk() ? 0 : 1 + static_cast<uint64_t>(mine.code());
+  for (int p = 0; p < nranks_; ++p)
+    if (p != rank_) PLAIT_RETURN_IF_ERROR(shm_->lineSend(p)->send(&word, sizeof word));
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    uint64_t theirs = 0;
+    PLAIT_RETURN_IF_ERROR(shm_->lineRecv(p)->recv(&theirs, sizeof theirs));
+    if (theirs != 0 && mine.isOk())
+      mine = remoteError("rank " + std::to_string(p) + " could not do its part of the direct " +
+                         "operation (its error says why); the output is undefined");
+  }
+  if (!mine.isOk()) mine.withContext("direct path on registered buffers");
+  return mine;
+}
+
+void DirectPath::logOnce(const Task& task, bool direct, const char* why) {
+  const size_t bytes = task.count * typeSize(task.type);
+  PLAIT_TRACE(kColl, "%s %zu bytes: %s%s%s", collName(task.coll), bytes, direct ? "direct" : "FIFO path (",
+              why, direct ? "" : ")");
+  bool& logged = (direct ? loggedDirect_ : loggedFallback_)[task.coll == CollType::kAllReduce ? 0 : 1];
+  if (logged) return;
+  logged = true;
+  PLAIT_INFO(kColl, "%s %zu bytes: %s%s (first time; later operations are logged at TRACE)", collName(task.coll),
+             bytes, direct ? "direct on registered buffers" : "FIFO path: ", why);
+}
+
+// ---- the algorithms ---------------------------------------------------------------
+
+void DirectPath::allReduce(const Task& task) {
+  const size_t elem = typeSize(task.type);
+  const size_t align = std::max<size_t>(1, 64 / elem);
+  const size_t perRank = ((task.count + nranks_ - 1) / nranks_ + align - 1) / align * align;
+  const size_t begin = std::min(task.count, perRank * rank_);
+  const size_t end = std::min(task.count, begin + perRank);
+  const size_t chunk = std::max(align, chunkBytes_ / elem / align * align);
+  const bool nonTemporal = task.count * elem >= streamBytes_;
+  for (size_t off = begin; off < end; off += chunk) reduceChunk(task, off, std::min(chunk, end - off), nonTemporal);
+}
+
+// out = in0 op in1 op ... op in(n-1) for `count` elements from `offset`,
+// written to every rank's output. Each PreMulSum input is scaled by its own
+// rank's scalar (ranks may hold different ones); when all scalars are equal
+// (ncclAvg) the first two inputs are reduced in one pass.
+void DirectPath::reduceChunk(const Task& task, size_t offset, size_t count, bool nonTemporal) {
+  const ReduceCopyFn fn = reduceCopyFn(task.type, task.op.kind);
+  const size_t at = offset * typeSize(task.type);
+  const bool preOp = task.op.kind == RedOpKind::kPreMulSum;
+  bool uniform = true;
+  for (int p = 1; p < nranks_; ++p) uniform = uniform && descs_[p].scalar == descs_[0].scalar;
+  void* acc = scratch_.data();
+  RedOp op = task.op;
+  ReduceCopyArgs a;
+  a.count = count;
+  a.srcs[0] = sends_[0] + at;
+  a.preOpSrc0 = preOp;
+  int next = 1;
+  if (!preOp || uniform) {
+    a.srcs[1] = sends_[1] + at;
+    a.nSrcs = 2;
+    a.preOpSrc1 = preOp;
+    next = 2;
+  } else {
+    op.scalar = descs_[0].scalar;
+  }
+  for (;;) {
+    const bool last = next == nranks_;
+    if (last && nranks_ == 2) {  // straight into both outputs
+      a.dsts[0] = recvs_[0] + at;
+      a.dsts[1] = recvs_[1] + at;
+      a.nDsts = 2;
+      a.postOp = true;
+      a.nonTemporal = nonTemporal;
+      fn(op, a);
+      return;
+    }
+    a.dsts[0] = acc;
+    a.postOp = last;
+    fn(op, a);
+    if (last) break;
+    a.srcs[0] = acc;
+    a.srcs[1] = sends_[next] + at;
+    a.nSrcs = 2;
+    a.preOpSrc0 = false;
+    a.preOpSrc1 = preOp;
+    if (preOp && !uniform) op.scalar = descs_[next].scalar;
+    ++next;
+  }
+  ReduceCopyArgs copy;  // one source, no pre/post-op: a bit-exact copy
+  copy.srcs[0] = acc;
+  copy.count = count;
+  copy.nonTemporal = nonTemporal;
+  for (int p = 0; p < nranks_; p += 2) {
+    copy.dsts[0] = recvs_[p] + at;
+    copy.nDsts = p + 1 < nranks_ ? 2 : 1;
+    copy.dsts[1] = copy.nDsts == 2 ? recvs_[p + 1] + at : nullptr;
+    fn(task.op, copy);
+  }
+}
+
+// Peers are visited starting after this rank, so ranks read (or write)
+// different peers' memory at the same time.
+void DirectPath::allGather(const Task& task, bool push) {
+  const size_t bytes = task.count * typeSize(task.type);
+  const ReduceCopyFn copyFn = reduceCopyFn(task.type, RedOpKind::kSum);
+  ReduceCopyArgs copy;
+  copy.count = task.count;
+  copy.nonTemporal = bytes * nranks_ >= streamBytes_;
+  for (int k = 0; k < nranks_; ++k) {
+    const int p = (rank_ + k) % nranks_;
+    const char* src = push ? static_cast<const char*>(task.sendbuff) : sends_[p];
+    char* dst = push ? recvs_[p] + bytes * rank_ : static_cast<char*>(task.recvbuff) + bytes * p;
+    if (src == dst) continue;  // in place
+    copy.srcs[0] = src;
+    copy.dsts[0] = dst;
+    copyFn(RedOp{}, copy);
+  }
+}
+
+}  // namespace plait

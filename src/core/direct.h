@@ -1,0 +1,127 @@
+// direct.h — zero-copy collectives on registered buffers: each rank reads
+// its peers' inputs where they lie and writes results straight into their
+// outputs, instead of staging every byte through a FIFO (DESIGN.md §10).
+//
+// Protocol, per operation, over the one-line FIFOs between local ranks:
+//   1. Every rank sends every peer a one-line descriptor: the operation's
+//      shape, and where its sendbuff and recvbuff lie (an ncclMemAlloc
+//      allocation's fd, generation and offset, or a plain pointer when every
+//      rank is a thread of one process). Posting it also says "my sendbuff
+//      is ready and my recvbuff may be written".
+//   2. From all descriptors every rank computes the same decision: go
+//      direct only if every buffer the algorithm touches in a peer is
+//      registered and mappable. Otherwise nothing was done and the caller
+//      runs the FIFO path.
+//   3. Each rank does its share (below), then sends every peer a completion
+//      line and waits for every peer's, so no rank returns while a peer
+//      still reads its sendbuff or writes its recvbuff. A rank that failed
+//      (a peer mapping it could not open) still completes the handshake,
+//      reporting the failure, so every rank returns an error and none hangs.
+// Waits are the line FIFOs' own: the communicator's timeout, abort flag and
+// dead-peer checks apply.
+//
+// AllReduce: rank r owns a 64-byte-aligned r-th part of the elements; it
+// reduces the n inputs of that part in rank order 0..n-1 (the same order for
+// every element, so results are deterministic and identical on all ranks),
+// chunk by chunk, and writes each chunk's result into every rank's output.
+// Each input element is read by one rank before any output element of its
+// chunk is written, so in-place operation is safe. AllGather: each rank
+// copies every peer's input into its own output (pull) or its input into
+// every peer's output (push; PLAIT_DIRECT_ALLGATHER_PUSH).
+//
+// Peers' ncclMemAlloc memory is mapped through /proc/<pid>/fd/<fd> on first
+// use and the mapping cached (buffer_registry.h). Creation probes, once,
+// that every rank can map every other rank's memory; if not, direct
+// operation stays off and registration still works.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/buffer_registry.h"
+#include "core/task.h"
+#include "plait/status.hpp"
+#include "transport/oob.h"
+#include "transport/shm/shm_transport.h"
+
+namespace plait {
+
+class DirectPath {
+ public:
+  // Collective: every rank of the communicator calls it during creation,
+  // after the shared-memory transport is connected. Direct operation is on
+  // when every rank is on this host, nranks > 1, PLAIT_DIRECT is not 0 and
+  // the mapping probe succeeded everywhere. Blocks on the out-of-band
+  // exchange until `deadline`.
+  static Result<std::unique_ptr<DirectPath>> create(OobExchange& oob, ShmTransport* shm, Deadline deadline);
+  ~DirectPath();
+  DirectPath(const DirectPath&) = delete;
+  DirectPath& operator=(const DirectPath&) = delete;
+
+  bool enabled() const { return enabled_; }
+  // Operations of at least this many bytes (the whole output for AllGather)
+  // should call run(); SIZE_MAX when direct operation is off.
+  size_t minBytes() const { return minBytes_; }
+
+  // Collective for every rank of the communicator, with the same task shape.
+  // True: the operation was done directly. False: the ranks agreed to fall
+  // back and nothing was done. Collectives other than AllReduce and
+  // AllGather return false at once (on every rank alike).
+  Result<bool> run(const Task& task);
+
+  // ncclCommRegister / ncclCommWindowRegister and their deregistration.
+  // Thread-safe. Arguments are checked by the caller.
+  Status registerBuffer(void* buff, size_t bytes, RegistrationKind kind, void** handle);
+  Status deregisterBuffer(void* handle, RegistrationKind kind);
+
+  // Where a buffer of this rank lies, as peers see it (one line, with the
+  // rest of the descriptor). Public for the implementation's helpers.
+  struct BufferRef {
+    int32_t fd = -1;  // >= 0: memfd; kNone: not usable; kPointer: `where` is an address
+    uint32_t generation = 0;
+    uint64_t where = 0;  // memfd: offset in the allocation
+  };
+  struct Descriptor {
+    uint32_t shape = 0;  // collective, type, op kind, mode: must match on every rank
+    uint32_t count = 0;  // low bits of the element count: must match too
+    BufferRef send, recv;
+    uint64_t scalar = 0;  // PreMulSum: this rank's scalar bits
+  };
+
+ private:
+  DirectPath() = default;
+  Status probe(OobExchange& oob, Deadline deadline);
+  BufferRef describe(const void* ptr, size_t bytes) const;
+  Result<bool> exchange(const Task& task, bool allReduce, bool push);
+  Status resolve(const Task& task, bool allReduce, bool push);
+  Result<char*> peerAddress(int peer, const BufferRef& ref, size_t bytes);
+  Status finish(Status mine);
+  void allReduce(const Task& task);
+  void reduceChunk(const Task& task, size_t offset, size_t count, bool nonTemporal);
+  void allGather(const Task& task, bool push);
+  void logOnce(const Task& task, bool direct, const char* why);
+
+  int rank_ = 0;
+  int nranks_ = 1;
+  bool enabled_ = false;
+  size_t minBytes_ = SIZE_MAX;
+  size_t chunkBytes_ = 64 << 10;
+  size_t streamBytes_ = SIZE_MAX;  // outputs at least this large use streaming stores
+  bool gatherPush_ = false;
+  ShmTransport* shm_ = nullptr;
+  RegistrationTable registrations_;
+  std::unique_ptr<PeerMappings> mappings_;
+  std::vector<int> pids_;
+  std::vector<uint64_t> identities_;  // per rank: host_memory::processIdentity()
+  bool oneProcess_ = false;           // every rank is a thread of this process
+  std::vector<Descriptor> descs_;     // per rank, this operation's
+  std::vector<const char*> sends_;    // per rank, this operation's input in this address space
+  std::vector<char*> recvs_;          // per rank, this operation's output (AllGather pull: own only)
+  std::vector<unsigned char> scratch_;
+  bool loggedDirect_[2] = {false, false};
+  bool loggedFallback_[2] = {false, false};
+};
+
+}  // namespace plait
