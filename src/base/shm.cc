@@ -26,7 +26,9 @@ std::string randomSuffix() {
   static thread_local std::mt19937_64 rng(std::random_device{}() ^ (uint64_t(getpid()) << 32) ^
                                           reinterpret_cast<uintptr_t>(&rng));
   char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(rng()));
+  // The pid is mixed in at every call: a forked child inherits rng's state.
+  const uint64_t v = rng() ^ (static_cast<uint64_t>(getpid()) * 0x9e3779b97f4a7c15ULL);
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
   return buf;
 }
 

@@ -17,9 +17,12 @@
 #include "base/clock.h"
 #include "core/bootstrap.h"
 #include "core/channel_workers.h"
+#include "core/direct.h"
 #include "core/task.h"
 #include "core/tuner.h"
+#include "algorithms/primitives.h"
 #include "plait/status.hpp"
+#include "transport/net/net_transport.h"
 #include "transport/shm/shm_transport.h"
 
 namespace plait {
@@ -50,12 +53,37 @@ class Communicator {
   // Runs one operation to completion on the calling thread (and the channel
   // workers). Returns its error, or the error that broke the communicator.
   Status run(const Task& task);
+  // ncclCommRegister / ncclCommWindowRegister and their deregistration
+  // (core/direct.h). Thread-safe. Arguments are checked by the caller.
+  Status registerBuffer(void* buff, size_t bytes, RegistrationKind kind, void** handle) {
+    if (!direct_) return invalidUsage("the communicator is not initialised");
+    return direct_->registerBuffer(buff, bytes, kind, handle);
+  }
+  Status deregisterBuffer(void* handle, RegistrationKind kind) {
+    if (!direct_) return invalidUsage("the communicator is not initialised");
+    return direct_->deregisterBuffer(handle, kind);
+  }
+  // Runs the operations of one group (ncclGroupEnd): collectives in call
+  // order, then every point-to-point operation (Send, Recv, AlltoAll, Gather,
+  // Scatter) as one batch, so their order within the group cannot deadlock.
+  Status runGroup(const std::vector<Task>& tasks);
   // The error that broke the communicator, if any (ncclCommGetAsyncError).
   Status asyncError() const;
   // Thread-safe; idempotent. Unblocks every wait of this communicator and
   // tells peers (through the shared FIFOs) that this rank is going away.
   void abort();
   bool aborted() const { return abortFlag_.load(std::memory_order_acquire) != 0; }
+  // ncclCommSplit's collective part over this communicator: every rank
+  // calls it with its color (< 0: NCCL_SPLIT_NOCOLOR) and key; each rank
+  // with a color learns its rank and size in the new communicator and the
+  // id to create it with (the id's root runs in the new rank 0's process).
+  struct SplitResult {
+    bool member = false;
+    int rank = 0;
+    int nranks = 0;
+    ncclUniqueId id{};
+  };
+  Result<SplitResult> split(int color, int key);
   // The predicted time of an operation (ncclGroupSimulateEnd).
   double estimateUs(const Task& task) const;
 
@@ -63,8 +91,15 @@ class Communicator {
   Status initSteps(const ncclUniqueId& id, const CommOptions& options);
   Status connectTransports(Deadline deadline, int nChannels);
   Status execute(const Task& task);
+  template <class Body> Status guarded(const char* what, Body body);
   Status runAllReduce(const Task& task, const Plan& plan, size_t bytes);
   Status runRingChannel(const Task& task, const Plan& plan, int channel);
+  Status runRingCollective(const Task& task, const Plan& plan);
+  Status runRingCollectiveChannel(const Task& task, const Plan& plan, int channel);
+  HostPrimitives makePrimitives(const Task& task, const Plan& plan, int channel) const;
+  size_t ringChunkElems(const Plan& plan, size_t sliceBytes, size_t elem, size_t align) const;
+  Status runLocalCopy(const Task& task);
+  Status runP2p(const std::vector<Task>& tasks);
   Status runOneShot(const Task& task, size_t bytes);
   Status runOneShotLines(const Task& task, size_t bytes, ReduceCopyFn fn, bool preOp);
   void reduceInRankOrder(const Task& task, ReduceCopyFn fn, bool preOp, const void* const* inputs);
@@ -79,10 +114,16 @@ class Communicator {
   int64_t timeoutMs_ = 0;
   uint64_t opCount_ = 0;
   std::unique_ptr<Bootstrap> bootstrap_;
+  std::unique_ptr<NetTransport> net_;  // edges to other hosts; null when all ranks share one
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<Tuner> tuner_;
   std::unique_ptr<ChannelWorkers> workers_;
+  std::unique_ptr<DirectPath> direct_;  // registrations; zero-copy collectives when every rank is local
   std::vector<int> ringPositions_;  // per channel: this rank's position in that ring
+  std::vector<std::vector<int>> rings_;  // per channel: ranks in ring order
+  std::vector<int> pids_;                // per rank (liveness checks)
+  bool oversubscribed_ = false;          // more local ranks than cores
+  bool cma_ = false;                     // local ranks may read each other's memory (process_vm_readv)
   std::vector<char> scratch_;     // one-shot in-place staging
   std::vector<const void*> oneShotInputs_;
   std::vector<unsigned char> oneShotStage_;  // nranks x kLineMaxMessageBytes

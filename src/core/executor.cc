@@ -16,7 +16,11 @@ namespace plait {
 // One knob bounds every wait, bootstrap and operations alike (PLAIT_TIMEOUT).
 int64_t operationTimeoutMs() { return bootstrapTimeoutSec() * 1000; }
 
-Status Communicator::run(const Task& task) {
+// Runs body() with the checks and error handling every operation shares:
+// a broken or aborted communicator refuses work; a failure other than a
+// bad argument breaks it (its pipelines may be torn).
+template <class Body>
+Status Communicator::guarded(const char* what, Body body) {
   if (aborted()) return invalidUsage("the communicator was aborted");
   if (broken_.load(std::memory_order_acquire)) {
     Status s = asyncError();
@@ -24,10 +28,9 @@ Status Communicator::run(const Task& task) {
   }
   log::ScopedLogRank logRank(rank_);
   ++opCount_;
-  Status s = execute(task);
+  Status s = body();
   if (!s.isOk()) {
-    s.withContext(std::string(collName(task.coll)) + " #" + std::to_string(opCount_) + " on rank " +
-                  std::to_string(rank_));
+    s.withContext(std::string(what) + " #" + std::to_string(opCount_) + " on rank " + std::to_string(rank_));
     if (s.code() == Code::kRemoteError) s = withDeadPeers(std::move(s));
     if (s.code() != Code::kInvalidArgument && s.code() != Code::kInvalidUsage) {
       PLAIT_INFO(kColl, "%s", s.message().c_str());
@@ -35,6 +38,26 @@ Status Communicator::run(const Task& task) {
     }
   }
   return s;
+}
+
+Status Communicator::run(const Task& task) {
+  return guarded(collName(task.coll), [&] { return execute(task); });
+}
+
+Status Communicator::runGroup(const std::vector<Task>& tasks) {
+  if (tasks.size() == 1) return run(tasks[0]);
+  return guarded("group", [&] {
+    std::vector<Task> p2p;
+    for (const Task& t : tasks) {
+      if (isPointToPoint(t.coll)) {
+        p2p.push_back(t);
+      } else {
+        Status s = execute(t);
+        if (!s.isOk()) return s.withContext(collName(t.coll));
+      }
+    }
+    return p2p.empty() ? Status::ok() : runP2p(p2p);
+  });
 }
 
 // A failure often cascades: rank A dies, its neighbour B aborts, and B's
@@ -64,30 +87,25 @@ void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan)
 }
 
 Status Communicator::execute(const Task& task) {
-  const size_t bytes = task.count * typeSize(task.type);
-  switch (task.coll) {
-    case CollType::kAllReduce: {
-      if (bytes == 0) return Status::ok();
-      const Plan plan = tuner_->plan(task, bytes);
-      logPlanOnce(task, bytes, plan);
-      return runAllReduce(task, plan, bytes);
-    }
-    default:
-      return invalidUsage(std::string(collName(task.coll)) + " is not supported yet by Plait");
+  if (isPointToPoint(task.coll)) return runP2p({task});
+  if (task.count == 0) return Status::ok();
+  if (nranks_ == 1) return runLocalCopy(task);
+  const size_t blockBytes = task.count * typeSize(task.type);
+  // The tuner sees the bytes that cross the ring: the whole gathered or
+  // scattered buffer for AllGather and ReduceScatter.
+  const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
+  const size_t bytes = blocked ? blockBytes * nranks_ : blockBytes;
+  if (direct_ && bytes >= direct_->minBytes()) {  // registered buffers: zero-copy AllReduce / AllGather
+    PLAIT_ASSIGN_OR_RETURN(bool done, direct_->run(task));
+    if (done) return Status::ok();
   }
+  const Plan plan = tuner_->plan(task, bytes);
+  logPlanOnce(task, bytes, plan);
+  if (task.coll == CollType::kAllReduce) return runAllReduce(task, plan, bytes);
+  return runRingCollective(task, plan);
 }
 
 Status Communicator::runAllReduce(const Task& task, const Plan& plan, size_t bytes) {
-  if (plan.algo == Algorithm::kCopy) {
-    ReduceCopyArgs args;
-    args.srcs[0] = task.sendbuff;
-    args.dsts[0] = task.recvbuff;
-    args.count = task.count;
-    args.preOpSrc0 = task.op.kind == RedOpKind::kPreMulSum;
-    args.postOp = true;
-    reduceCopyFn(task.type, task.op.kind)(task.op, args);
-    return Status::ok();
-  }
   if (plan.algo == Algorithm::kOneShot) return runOneShot(task, bytes);
   if (!workers_ || plan.nChannels <= 1) return runRingChannel(task, plan, 0);
   return workers_->runChannels(plan.nChannels, [&](int c) { return runRingChannel(task, plan, c); });
@@ -97,22 +115,11 @@ Status Communicator::runAllReduce(const Task& task, const Plan& plan, size_t byt
 Status Communicator::runRingChannel(const Task& task, const Plan& plan, int channel) {
   const size_t elem = typeSize(task.type);
   const size_t align = std::max<size_t>(1, 64 / elem);
-  const size_t perChannel = (task.count + plan.nChannels - 1) / plan.nChannels;
-  const size_t part = (perChannel + align - 1) / align * align;
-  const size_t begin = std::min(task.count, part * channel);
-  const size_t end = std::min(task.count, begin + part);
+  size_t begin = 0, end = 0;
+  channelPart(task.count, plan.nChannels, channel, align, &begin, &end);
   if (begin == end) return Status::ok();
 
-  PrimitivesConfig pc;
-  pc.recv = shm_->ringRecv(channel);
-  pc.send = shm_->ringSend(channel);
-  pc.fn = reduceCopyFn(task.type, task.op.kind);
-  pc.op = task.op;
-  pc.elemSize = elem;
-  pc.sliceBytes = std::min(plan.sliceBytes, shm_->ringShape().stepBytes) / elem * elem;
-  pc.nonTemporalOutput = plan.nonTemporal;
-  HostPrimitives prims(pc);
-
+  HostPrimitives prims = makePrimitives(task, plan, channel);
   RingAllReduceArgs a;
   a.input = static_cast<const char*>(task.sendbuff) + begin * elem;
   a.output = static_cast<char*>(task.recvbuff) + begin * elem;
@@ -121,14 +128,7 @@ Status Communicator::runRingChannel(const Task& task, const Plan& plan, int chan
   a.nranks = nranks_;
   a.position = ringPositions_[channel];
   a.alignElems = align;
-  // A rank sends a whole chunk before it first receives, then needs one more
-  // free step to go on: a chunk of nSteps slices or more would fill every
-  // FIFO of the ring and deadlock it. Keep chunks to half the FIFO, whatever
-  // the tuner or the user asked for.
-  const size_t sliceElems = std::max<size_t>(1, pc.sliceBytes / elem);
-  const size_t maxChunk = sliceElems * std::max(1, shm_->ringShape().nSteps / 2);
-  const size_t chunk = std::min(maxChunk, std::max(align, plan.chunkBytes / elem / align * align));
-  a.chunkElems = std::max<size_t>(1, chunk / align * align);
+  a.chunkElems = ringChunkElems(plan, std::min(plan.sliceBytes, shm_->ringShape().stepBytes), elem, align);
   if (!ringAllReduce(prims, a)) return prims.status();
   return Status::ok();
 }

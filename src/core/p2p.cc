@@ -16,14 +16,34 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "algorithms/types.h"
+#include "base/cma.h"
+#include "base/config.h"
 #include "base/wait.h"
 #include "core/comm.h"
 
 namespace plait {
 namespace {
 
-constexpr uint64_t kLastStep = uint64_t(1) << 63;  // in a step's size: the message ends here
+constexpr uint64_t kLastStep = uint64_t(1) << 63;    // in a step's size: the message ends here
+constexpr uint64_t kRendezvous = uint64_t(1) << 62;  // the step holds a RendezvousDescriptor
+constexpr size_t kCmaChunk = size_t(4) << 20;        // bytes read per pass, so other peers progress too
+
+PLAIT_PARAM_INT(kCmaMinBytes, "P2P_CMA_MIN_BYTES", 256 << 10,
+                "point-to-point messages from this size up are read in place from the sending process "
+                "(single copy) when cross-memory attach is permitted");
+
+// Large messages between local processes: the sender posts where the data
+// is, the receiver copies it straight into its buffer (process_vm_readv)
+// and releases the step, which tells the sender its buffer is free again.
+struct RendezvousDescriptor {
+  uint64_t bytes;
+  uint64_t addr;
+  int32_t pid;
+  int32_t reserved;
+};
 
 struct Message {
   int peer = 0;
@@ -37,11 +57,14 @@ struct Message {
 struct PeerQueues {
   std::vector<Message> sends, recvs;
   size_t nextSend = 0, nextRecv = 0;
+  uint64_t ackStep = 0;  // the peer must release this many steps before our rendezvous buffers are free
 };
 
 class P2pBatch {
  public:
-  P2pBatch(ShmTransport& shm, int rank, int nranks) : shm_(shm), rank_(rank), peers_(nranks) {}
+  // cma: local peers may read this process's memory (large messages go by rendezvous).
+  P2pBatch(ShmTransport& shm, int rank, int nranks, bool cma)
+      : shm_(shm), rank_(rank), peers_(nranks), cmaMin_(cma ? static_cast<size_t>(kCmaMinBytes.get()) : 0) {}
 
   void send(int peer, const void* src, size_t bytes) {
     peers_[peer].sends.push_back(Message{peer, static_cast<const char*>(src), nullptr, bytes, 0});
@@ -53,18 +76,41 @@ class P2pBatch {
 
  private:
   Status copySelf();
+  void stageOverlappingSends();
   Status checkPeers() const;
   // Moves as many steps as the FIFOs allow; sets *moved if any moved.
   Status pumpSends(PeerQueues& q, bool* moved);
   Status pumpRecvs(PeerQueues& q, bool* moved);
   bool anyReady();
-  bool finished() const;
+  bool acked(int peer);
+  bool rendezvous(int peer, size_t bytes) const { return cmaMin_ > 0 && bytes >= cmaMin_ && shm_.isLocal(peer); }
+  Status readRendezvous(int peer, Message& m, const char* slot, bool* complete);
+  bool finished();
   std::string pendingText() const;
 
   ShmTransport& shm_;
   int rank_;
   std::vector<PeerQueues> peers_;
+  std::vector<std::vector<char>> staging_;  // copies of send buffers a receive overwrites
+  size_t cmaMin_;  // 0: no rendezvous
 };
+
+// A send whose buffer a receive of the same batch writes (nccl-tests'
+// in-place sendrecv; an in-place AlltoAll) is copied first: receives may
+// complete before the send has left, over a network always.
+void P2pBatch::stageOverlappingSends() {
+  for (PeerQueues& sq : peers_)
+    for (Message& m : sq.sends) {
+      if (m.bytes == 0) continue;
+      bool overlaps = false;
+      for (const PeerQueues& rq : peers_)
+        for (const Message& r : rq.recvs)
+          overlaps = overlaps || (r.bytes && r.dst < m.src + m.bytes && m.src < r.dst + r.bytes);
+      if (!overlaps) continue;
+      staging_.emplace_back(m.src, m.src + m.bytes);
+      m.src = staging_.back().data();
+    }
+}
 
 Status P2pBatch::copySelf() {
   PeerQueues& q = peers_[rank_];
@@ -86,9 +132,8 @@ Status P2pBatch::checkPeers() const {
   for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
     const PeerQueues& q = peers_[p];
     if (p == rank_ || (q.sends.empty() && q.recvs.empty())) continue;
-    if (!shm_.isLocal(p))
-      return invalidUsage("rank " + std::to_string(p) +
-                          " is on another host, and network transports are not built yet");
+    if (shm_.p2pSend(p) == nullptr || shm_.p2pRecv(p) == nullptr)
+      return invalidUsage("rank " + std::to_string(p) + " is on another host and has no network connector");
   }
   return Status::ok();
 }
@@ -103,12 +148,22 @@ Status P2pBatch::pumpSends(PeerQueues& q, bool* moved) {
       if (fifo->peerAborted()) return peerAbortedError(*fifo->waitContext());
       return Status::ok();
     }
+    *moved = true;
+    if (m.done == 0 && rendezvous(m.peer, m.bytes)) {
+      const int32_t self = static_cast<int32_t>(getpid());  // not cached: forked ranks
+      const RendezvousDescriptor d{m.bytes, reinterpret_cast<uint64_t>(m.src), self, 0};
+      std::memcpy(slot, &d, sizeof(d));
+      fifo->post(sizeof(d) | kLastStep | kRendezvous);
+      m.done = m.bytes;
+      q.ackStep = fifo->stepIndex();
+      ++q.nextSend;
+      continue;
+    }
     const size_t n = std::min(step, m.bytes - m.done);
     if (n) std::memcpy(slot, m.src + m.done, n);
     m.done += n;
     const bool last = m.done == m.bytes;
     fifo->post(n | (last ? kLastStep : 0));
-    *moved = true;
     if (last) ++q.nextSend;
   }
   return Status::ok();
@@ -124,6 +179,15 @@ Status P2pBatch::pumpRecvs(PeerQueues& q, bool* moved) {
     if (slot == nullptr) {
       if (fifo->peerAborted()) return peerAbortedError(*fifo->waitContext());
       return Status::ok();
+    }
+    if (got & kRendezvous) {
+      bool complete = false;
+      PLAIT_RETURN_IF_ERROR(readRendezvous(peer, m, slot, &complete));
+      *moved = true;
+      if (!complete) return Status::ok();  // one chunk per pass: let other peers progress
+      fifo->release();
+      ++q.nextRecv;
+      continue;
     }
     const size_t n = got & ~kLastStep;
     const bool last = (got & kLastStep) != 0;
@@ -142,9 +206,37 @@ Status P2pBatch::pumpRecvs(PeerQueues& q, bool* moved) {
   return Status::ok();
 }
 
+// Copies the next chunk of a rendezvous message; *complete once all is in.
+Status P2pBatch::readRendezvous(int peer, Message& m, const char* slot, bool* complete) {
+  RendezvousDescriptor d;
+  std::memcpy(&d, slot, sizeof(d));
+  if (d.bytes != m.bytes)
+    return invalidUsage("rank " + std::to_string(peer) + " sent a message of " + std::to_string(d.bytes) +
+                        " bytes where rank " + std::to_string(rank_) + " receives " + std::to_string(m.bytes) +
+                        " (ncclSend and ncclRecv counts or types differ)");
+  const size_t n = std::min(kCmaChunk, m.bytes - m.done);
+  if (int err = cmaRead(d.pid, m.dst + m.done, d.addr + m.done, n); err != 0)
+    return remoteError("reading rank " + std::to_string(peer) + "'s send buffer: " + cmaErrorText(d.pid, err));
+  m.done += n;
+  *complete = m.done == m.bytes;
+  return Status::ok();
+}
+
+// Whether the peer has released every step up to our last rendezvous
+// descriptor (it has read those buffers).
+bool P2pBatch::acked(int peer) {
+  PeerQueues& q = peers_[peer];
+  if (q.ackStep == 0) return true;
+  FifoSender* f = shm_.p2pSend(peer);
+  if (f->stepIndex() - f->pending() < q.ackStep) return false;
+  q.ackStep = 0;
+  return true;
+}
+
 bool P2pBatch::anyReady() {
   for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
     PeerQueues& q = peers_[p];
+    if (q.ackStep != 0 && (acked(p) || shm_.p2pSend(p)->peerAborted())) return true;
     if (q.nextSend < q.sends.size()) {
       FifoSender* f = shm_.p2pSend(p);
       if (f->tryAcquire() != nullptr || f->peerAborted()) return true;
@@ -158,9 +250,11 @@ bool P2pBatch::anyReady() {
   return false;
 }
 
-bool P2pBatch::finished() const {
-  for (const PeerQueues& q : peers_)
-    if (q.nextSend < q.sends.size() || q.nextRecv < q.recvs.size()) return false;
+bool P2pBatch::finished() {
+  for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
+    const PeerQueues& q = peers_[p];
+    if (q.nextSend < q.sends.size() || q.nextRecv < q.recvs.size() || !acked(p)) return false;
+  }
   return true;
 }
 
@@ -174,6 +268,8 @@ std::string P2pBatch::pendingText() const {
     };
     if (q.nextSend < q.sends.size()) add("send to", q.sends[q.nextSend]);
     if (q.nextRecv < q.recvs.size()) add("receive from", q.recvs[q.nextRecv]);
+    if (q.nextSend == q.sends.size() && q.ackStep != 0)
+      text += (text.empty() ? "" : ", ") + std::string("rank ") + std::to_string(p) + " reading our send buffer";
   }
   return text;
 }
@@ -184,14 +280,13 @@ std::string P2pBatch::pendingText() const {
 // liveness is checked and the deadline counts from the last progress.
 Status P2pBatch::run(const WaitContext& base, const std::vector<int>& pids) {
   PLAIT_RETURN_IF_ERROR(checkPeers());
+  stageOverlappingSends();
   PLAIT_RETURN_IF_ERROR(copySelf());
   const int64_t timeoutMs = base.waitTimeoutMs;
   Deadline deadline = timeoutMs >= 0 ? Deadline::afterMs(timeoutMs) : Deadline::never();
   while (!finished()) {
     bool moved = false;
-    // Sends before receives: a message that fits in the FIFO has left
-    // before anything arrives, which keeps the in-place exchanges of
-    // nccl-tests' sendrecv (send and receive buffers equal) correct.
+    // Sends before receives: what we send is what peers wait for.
     for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
       PeerQueues& q = peers_[p];
       if (p != rank_ && q.nextSend < q.sends.size()) PLAIT_RETURN_IF_ERROR(pumpSends(q, &moved));
@@ -214,7 +309,7 @@ Status P2pBatch::run(const WaitContext& base, const std::vector<int>& pids) {
         word = detail::futexWordOf(&c->tail);
         sleepers = &c->recvSleepers;
         waitPeer = p;
-      } else if (q.nextSend < q.sends.size()) {
+      } else if (q.nextSend < q.sends.size() || q.ackStep != 0) {
         FifoControl* c = shm_.p2pSend(p)->control();
         word = detail::futexWordOf(&c->head);
         sleepers = &c->sendSleepers;
@@ -235,7 +330,7 @@ Status P2pBatch::run(const WaitContext& base, const std::vector<int>& pids) {
                          " ms without progress on point-to-point operations; pending: " + pendingText());
     for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
       const PeerQueues& q = peers_[p];
-      const bool pending = q.nextSend < q.sends.size() || q.nextRecv < q.recvs.size();
+      const bool pending = q.nextSend < q.sends.size() || q.nextRecv < q.recvs.size() || q.ackStep != 0;
       if (p != rank_ && pending && pids[p] > 0 && !processAlive(pids[p]))
         return remoteError("rank " + std::to_string(p) + " (pid " + std::to_string(pids[p]) +
                            ") died during point-to-point operations");
@@ -249,8 +344,7 @@ Status P2pBatch::run(const WaitContext& base, const std::vector<int>& pids) {
 
 // Expands every task into messages of one batch and runs it.
 Status Communicator::runP2p(const std::vector<Task>& tasks) {
-  P2pBatch batch(*shm_, rank_, nranks_);
-  std::vector<std::vector<char>> staging;  // in-place AlltoAll inputs
+  P2pBatch batch(*shm_, rank_, nranks_, cma_);
   for (const Task& t : tasks) {
     if (t.peer >= nranks_ && (t.coll == CollType::kSend || t.coll == CollType::kRecv))
       return invalidArgument("peer " + std::to_string(t.peer) + " is not a rank of this communicator");
@@ -261,10 +355,6 @@ Status Communicator::runP2p(const std::vector<Task>& tasks) {
       case CollType::kSend: batch.send(t.peer, in, bytes); break;
       case CollType::kRecv: batch.recv(t.peer, out, bytes); break;
       case CollType::kAlltoAll:
-        if (in == out && bytes && nranks_ > 1) {  // blocks would be overwritten before they are sent
-          staging.emplace_back(in, in + bytes * nranks_);
-          in = staging.back().data();
-        }
         for (int p = 0; p < nranks_; ++p) {
           batch.send(p, in + p * bytes, bytes);
           batch.recv(p, out + p * bytes, bytes);

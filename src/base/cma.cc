@@ -1,0 +1,43 @@
+#include "base/cma.h"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+namespace plait {
+
+int cmaRead(int pid, void* dst, uint64_t remote, size_t bytes) {
+  if (pid == static_cast<int>(getpid())) {  // not cached: a forked child has a new pid
+    std::memcpy(dst, reinterpret_cast<const void*>(remote), bytes);
+    return 0;
+  }
+  char* out = static_cast<char*>(dst);
+  while (bytes > 0) {
+    iovec local{out, bytes};
+    iovec far{reinterpret_cast<void*>(remote), bytes};
+    const ssize_t got = process_vm_readv(pid, &local, 1, &far, 1, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (got == 0) return EFAULT;
+    out += got;
+    remote += static_cast<uint64_t>(got);
+    bytes -= static_cast<size_t>(got);
+  }
+  return 0;
+}
+
+const uint64_t* cmaProbeWord() {
+  static const uint64_t word = std::random_device{}() * 0x9e3779b97f4a7c15ULL + 1;
+  return &word;
+}
+
+std::string cmaErrorText(int pid, int err) {
+  return "process_vm_readv from pid " + std::to_string(pid) + " failed: " + std::strerror(err);
+}
+
+}  // namespace plait

@@ -1,0 +1,27 @@
+// cma.h — cross-memory attach: copying straight out of another process's
+// memory (process_vm_readv), the single-copy path large point-to-point
+// messages take between processes of one host.
+//
+// It needs ptrace-read permission over the peer (same user, and no Yama or
+// container policy forbidding it), so communicators probe it once between
+// every pair of local ranks (cmaProbeWord) and use it only if all succeed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace plait {
+
+// Copies `bytes` from address `remote` of process `pid` to `dst`. A pid equal
+// to this process's copies with memcpy. Returns 0, or the errno of the
+// failed system call (or EFAULT for a short read that makes no progress).
+int cmaRead(int pid, void* dst, uint64_t remote, size_t bytes);
+
+// A word with a per-process random value, for peers to read in a probe.
+const uint64_t* cmaProbeWord();
+
+// "process_vm_readv from pid 123 failed: Operation not permitted".
+std::string cmaErrorText(int pid, int err);
+
+}  // namespace plait
