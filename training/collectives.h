@@ -41,6 +41,15 @@ Status catchCommError(Fn&& fn) {
   return Status::ok();
 }
 
+// Runs a step body that returns the loss, turning a CommError into its Status.
+template <typename Fn>
+Result<double> catchCommErrorLoss(Fn&& fn) {
+  double loss = 0;
+  Status s = catchCommError([&] { loss = fn(); });
+  if (!s.isOk()) return s;
+  return loss;
+}
+
 inline void allReduce(ncclComm_t comm, float* data, size_t n, ncclRedOp_t op = ncclSum, cudaStream_t s = nullptr) {
   check(ncclAllReduce(data, data, n, ncclFloat32, op, comm, s), "ncclAllReduce", comm);
 }

@@ -77,10 +77,7 @@ class PipelineTrainer : public Trainer {
   }
 
   Result<double> step(int k) override {
-    double loss = 0;
-    Status s = catchCommError([&] { loss = runStep(k); });
-    if (!s.isOk()) return s;
-    return loss;
+    return catchCommErrorLoss([&] { return runStep(k); });
   }
 
   MemoryReport memory() const override {

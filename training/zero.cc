@@ -61,10 +61,7 @@ class ZeroTrainer : public Trainer, private Hooks {
   }
 
   Result<double> step(int k) override {
-    double loss = 0;
-    Status s = catchCommError([&] { loss = runStep(k); });
-    if (!s.isOk()) return s;
-    return loss;
+    return catchCommErrorLoss([&] { return runStep(k); });
   }
 
   MemoryReport memory() const override {

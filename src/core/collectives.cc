@@ -1,6 +1,7 @@
-// collectives.cc — the ring collectives other than AllReduce on the host:
-// AllGather, ReduceScatter, Broadcast and Reduce, each channel running the
-// schedule of algorithms/ring_collectives.h over host primitives.
+// collectives.cc — the ring collectives on the host: AllReduce, AllGather,
+// ReduceScatter, Broadcast and Reduce, each channel running its schedule
+// (algorithms/ring_allreduce.h, ring_collectives.h) over host primitives on
+// its part of the buffer.
 #include <algorithm>
 #include <cstring>
 
@@ -90,6 +91,19 @@ Status Communicator::runRingCollectiveChannel(const Task& task, const Plan& plan
   if (out == nullptr) out = const_cast<char*>(in);
   bool ok = false;
   switch (task.coll) {
+    case CollType::kAllReduce: {
+      RingAllReduceArgs r;
+      r.input = in + begin * elem;
+      r.output = out + begin * elem;
+      r.count = a.count;
+      r.elemSize = elem;
+      r.nranks = nranks_;
+      r.position = a.position;
+      r.alignElems = align;
+      r.chunkElems = a.chunkElems;
+      ok = ringAllReduce(prims, r);
+      break;
+    }
     case CollType::kAllGather:
       a.input = in + begin * elem;
       a.output = out + begin * elem;  // plus each rank's block offset, in the schedule

@@ -93,7 +93,6 @@ class Communicator {
   Status execute(const Task& task);
   template <class Body> Status guarded(const char* what, Body body);
   Status runAllReduce(const Task& task, const Plan& plan, size_t bytes);
-  Status runRingChannel(const Task& task, const Plan& plan, int channel);
   Status runRingCollective(const Task& task, const Plan& plan);
   Status runRingCollectiveChannel(const Task& task, const Plan& plan, int channel);
   HostPrimitives makePrimitives(const Task& task, const Plan& plan, int channel) const;

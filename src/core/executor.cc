@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "algorithms/primitives.h"
-#include "algorithms/ring_allreduce.h"
 #include "algorithms/types.h"
 #include "base/config.h"
 #include "base/log.h"
@@ -107,30 +106,7 @@ Status Communicator::execute(const Task& task) {
 
 Status Communicator::runAllReduce(const Task& task, const Plan& plan, size_t bytes) {
   if (plan.algo == Algorithm::kOneShot) return runOneShot(task, bytes);
-  if (!workers_ || plan.nChannels <= 1) return runRingChannel(task, plan, 0);
-  return workers_->runChannels(plan.nChannels, [&](int c) { return runRingChannel(task, plan, c); });
-}
-
-// Channel c reduces a contiguous part of the buffer, aligned to 64 bytes.
-Status Communicator::runRingChannel(const Task& task, const Plan& plan, int channel) {
-  const size_t elem = typeSize(task.type);
-  const size_t align = std::max<size_t>(1, 64 / elem);
-  size_t begin = 0, end = 0;
-  channelPart(task.count, plan.nChannels, channel, align, &begin, &end);
-  if (begin == end) return Status::ok();
-
-  HostPrimitives prims = makePrimitives(task, plan, channel);
-  RingAllReduceArgs a;
-  a.input = static_cast<const char*>(task.sendbuff) + begin * elem;
-  a.output = static_cast<char*>(task.recvbuff) + begin * elem;
-  a.count = end - begin;
-  a.elemSize = elem;
-  a.nranks = nranks_;
-  a.position = ringPositions_[channel];
-  a.alignElems = align;
-  a.chunkElems = ringChunkElems(plan, std::min(plan.sliceBytes, shm_->ringShape().stepBytes), elem, align);
-  if (!ringAllReduce(prims, a)) return prims.status();
-  return Status::ok();
+  return runRingCollective(task, plan);
 }
 
 // Every rank pushes its input to every peer, then all reduce the n inputs in
