@@ -15,5 +15,5 @@ if [[ "${SKIP_SANITIZE:-0}" != 1 ]]; then
   BUILD_DIR="$ROOT/build-asan" BUILD_TYPE=Debug "$ROOT/scripts/build.sh" -DPLAIT_WITH_CUDA=OFF -DPLAIT_SANITIZE=ON \
     -DPLAIT_BUILD_PERF=OFF
   (cd "$ROOT/build-asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_segv=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --output-on-failure --timeout 900 -LE "tools")
+    ctest --output-on-failure --timeout 900 -LE "tools|forks")  # forks: see tests/api/CMakeLists.txt
 fi

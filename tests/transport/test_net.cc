@@ -125,7 +125,7 @@ TEST_CASE("socket net: messages of every size arrive in order over several strea
     REQUIRE(waitRequest(net, sreq[i]) == sizes[i]);
     REQUIRE(waitRequest(net, rreq[i]) == sizes[i]);
   }
-  for (size_t i = 0; i < sizes.size(); ++i) CHECK(std::memcmp(in[i].data(), out[i].data(), sizes[i]) == 0);
+  for (size_t i = 0; i < sizes.size(); ++i) CHECK((sizes[i] == 0 || std::memcmp(in[i].data(), out[i].data(), sizes[i]) == 0));
   net.closeSend(sc);
   net.closeRecv(rc);
   unsetenv("PLAIT_SOCKET_NSTREAMS");
