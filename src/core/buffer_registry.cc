@@ -102,7 +102,7 @@ Status PeerMappings::open(Entry* e, int pid) {
   struct stat st {};
   void* p = MAP_FAILED;
   if (fstat(fd, &st) == 0 && st.st_size > 0)
-    p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    p = host_memory::mapShared(fd, static_cast<size_t>(st.st_size));
   Status s = p == MAP_FAILED ? systemError("mapping rank " + std::to_string(e->rank) + "'s buffer " + path) : Status();
   ::close(fd);
   if (!s.isOk()) return s;

@@ -50,13 +50,51 @@ Entry* find(Table& t, const void* ptr) {
   return &it->second;
 }
 
+// Successive mappings get successive colours: offsets that are not
+// multiples of each other's spacing. 37 is coprime with the colour count, so
+// consecutive mappings never share a colour.
+size_t nextColour(size_t granule, size_t colours) {
+  static std::atomic<uint32_t> counter{0};
+  return (counter.fetch_add(1, std::memory_order_relaxed) * 37u % colours) * granule;
+}
+
+}  // namespace
+
+void* mapShared(int fd, size_t bytes) {
+  constexpr size_t kHuge = 2u << 20;
+  const size_t granule = bytes >= kHuge ? kHuge : 4096;
+  const size_t colours = bytes >= kHuge ? 16 : 64;
+  const size_t colour = nextColour(granule, colours);
+  // Reserve room for the colour and for aligning to the granule, then place
+  // the mapping inside the reservation and give the rest back.
+  const size_t span = bytes + granule * colours + granule;
+  void* r = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r == MAP_FAILED) return MAP_FAILED;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(r);
+  char* at = reinterpret_cast<char*>((start + granule - 1) / granule * granule + colour);
+  const int flags = MAP_SHARED | MAP_FIXED | (fd < 0 ? MAP_ANONYMOUS : 0);
+  void* p = mmap(at, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
+  if (p == MAP_FAILED) {
+    const int saved = errno;
+    munmap(r, span);
+    errno = saved;
+    return MAP_FAILED;
+  }
+  if (at > static_cast<char*>(r)) munmap(r, static_cast<size_t>(at - static_cast<char*>(r)));
+  const size_t tail = start + span - (reinterpret_cast<uintptr_t>(at) + bytes);
+  if (tail > 0) munmap(at + bytes, tail);
+  return p;
+}
+
+namespace {
+
 // A memfd of `bytes`, mapped shared; fd -1 and MAP_FAILED on failure (errno set).
 void* mapMemfd(size_t bytes, int* fd) {
   *fd = memfd_create("plait-mem", MFD_CLOEXEC);
   if (*fd < 0) return MAP_FAILED;
   void* p = MAP_FAILED;
   if (ftruncate(*fd, static_cast<off_t>(bytes)) == 0)
-    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+    p = mapShared(*fd, bytes);
   if (p == MAP_FAILED) {
     const int saved = errno;
     close(*fd);
@@ -77,7 +115,7 @@ Result<void*> allocate(size_t bytes) {
   if (p == MAP_FAILED) {
     PLAIT_INFO(kAlloc, "ncclMemAlloc: memfd_create/mmap of %zu bytes failed (%s): anonymous memory instead, "
                "which local peers cannot map", rounded, strerror(errno));
-    p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    p = mapShared(-1, rounded);
     if (p == MAP_FAILED) return systemError("mmap of " + std::to_string(rounded) + " bytes");
   }
   // Where shmem may use transparent huge pages on request, ask: large
