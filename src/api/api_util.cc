@@ -1,6 +1,8 @@
 #include "api/api_util.h"
 
 #include <cstdio>
+#include <exception>
+#include <new>
 
 #include "algorithms/types.h"
 #include "base/log.h"
@@ -34,6 +36,26 @@ ncclResult_t fail(const Status& status, const char* call) {
 }
 
 const char* lastError() { return tlsLastError.c_str(); }
+
+BoundaryError exceptionAtBoundary(const char* function) noexcept {
+  Status status;
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    status = Status(Code::kSystemError, "out of memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    status = Status(Code::kInternalError, std::string("unexpected C++ exception: ") + e.what());
+  } catch (...) {
+    status = Status(Code::kInternalError, "unexpected exception of unknown type");
+  }
+  const ncclResult_t result = toResult(status.code());
+  try {  // recording the message allocates too; the result code is what matters
+    const std::string call = function[0] == 'p' ? function + 1 : function;  // pncclX -> ncclX
+    fail(status, call.c_str());
+  } catch (...) {
+  }
+  return BoundaryError{result};
+}
 
 Status checkComm(ncclComm_t comm) {
   if (comm == nullptr) return invalidArgument("comm is NULL");

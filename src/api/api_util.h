@@ -60,6 +60,18 @@ Status checkStream(cudaStream_t stream, HostStream** out);
 // Resolves a built-in or user op for `type` into task->op.
 Status resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t type, Task* task);
 
+// What an entry point returns when an exception reached the C boundary:
+// ncclSystemError for std::bad_alloc (out of memory), ncclInternalError for
+// anything else, with the exception's text in ncclGetLastError. Converts to
+// the entry point's return type.
+struct BoundaryError {
+  ncclResult_t result;
+  operator ncclResult_t() const { return result; }
+  operator const char*() const { return "unexpected C++ exception inside Plait (see ncclGetLastError)"; }
+};
+// Call only from a catch handler; `function` is the entry point's name.
+BoundaryError exceptionAtBoundary(const char* function) noexcept;
+
 // Holds a communicator for the duration of one API call, so abort or
 // destroy on another thread waits until the call is out.
 class CommUse {
@@ -76,7 +88,13 @@ class CommUse {
 }  // namespace plait::api
 
 // Defines `pncclX` and makes `ncclX` a weak alias of it, so profilers can
-// interpose on either name (as NCCL does).
+// interpose on either name (as NCCL does). The body is a function-try-block
+// closed by PLAIT_API_END: no C++ exception crosses the C boundary (an
+// exception there would be std::terminate in the caller's process).
 #define PLAIT_API(ret, name, args)                                                    \
   extern "C" ret nccl##name args __attribute__((weak, alias("pnccl" #name)));         \
-  extern "C" __attribute__((visibility("default"))) ret pnccl##name args
+  extern "C" __attribute__((visibility("default"))) ret pnccl##name args try
+#define PLAIT_API_END \
+  catch (...) {       \
+    return plait::api::exceptionAtBoundary(__func__); \
+  }

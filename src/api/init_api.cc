@@ -47,7 +47,7 @@ void printVersionOnce() {
 // Creates the communicator behind `shell`; runs on the caller's thread or, for
 // non-blocking configs, on the shell's init thread.
 void initShell(ncclComm_t shell, ncclUniqueId id, plait::CommOptions options) {
-  Status s = shell->impl->init(id, options);
+  Status s = plait::group::noThrow([&] { return shell->impl->init(id, options); });
   if (s.isOk()) {
     shell->initState.store(0, std::memory_order_release);
   } else {
@@ -76,6 +76,8 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, nc
   if (plait::group::active()) {  // created at the outermost ncclGroupEnd, with the group's other ranks
     shell->initState.store(1, std::memory_order_release);
     plait::group::deferInit([shell, id, options] {
+      CommUse use(shell);  // an abort before or during the group's End waits for (or skips) this
+      if (!use.usable()) return plait::invalidUsage("comm was destroyed or aborted before ncclGroupEnd created it");
       initShell(shell, id, options);
       return shell->initState.load() == 2 ? shell->initError : Status::ok();
     });
@@ -132,7 +134,7 @@ PLAIT_API(ncclResult_t, GetVersion, (int* version)) {
   if (version == nullptr) return fail(plait::invalidArgument("version is NULL"), "ncclGetVersion");
   *version = NCCL_VERSION_CODE;
   return ncclSuccess;
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, GetUniqueId, (ncclUniqueId* uniqueId)) {
   printVersionOnce();
@@ -141,16 +143,16 @@ PLAIT_API(ncclResult_t, GetUniqueId, (ncclUniqueId* uniqueId)) {
   if (!id.isOk()) return fail(id.status(), "ncclGetUniqueId");
   *uniqueId = *id;
   return ncclSuccess;
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommInitRankConfig,
           (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config)) {
   return initRank(comm, nranks, commId, rank, config, "ncclCommInitRankConfig");
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommInitRank, (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank)) {
   return initRank(comm, nranks, commId, rank, nullptr, "ncclCommInitRank");
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommInitRankScalable,
           (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds, ncclConfig_t* config)) {
@@ -159,7 +161,7 @@ PLAIT_API(ncclResult_t, CommInitRankScalable,
                 "ncclCommInitRankScalable");
   // Plait's bootstrap root scales by itself; the first id names it.
   return initRank(newcomm, nranks, commIds[0], myrank, config, "ncclCommInitRankScalable");
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommInitAll, (ncclComm_t * comms, int ndev, const int* devlist)) {
   const char* call = "ncclCommInitAll";
@@ -187,14 +189,14 @@ PLAIT_API(ncclResult_t, CommInitAll, (ncclComm_t * comms, int ndev, const int* d
   }
   (void)devlist;  // host ranks have no devices; the list only labels them
   return ncclSuccess;
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommFinalize, (ncclComm_t comm)) {
   if (Status s = checkComm(comm); !s.isOk()) return fail(s, "ncclCommFinalize");
   // Blocking host operations are complete when their call returns; stream
   // work is owned by its stream and completes by stream synchronisation.
   return ncclSuccess;
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommDestroy, (ncclComm_t comm)) {
   if (comm == nullptr) return ncclSuccess;  // as NCCL: destroying NULL is a no-op
@@ -203,7 +205,7 @@ PLAIT_API(ncclResult_t, CommDestroy, (ncclComm_t comm)) {
   if (comm->closing.exchange(1)) return fail(plait::invalidUsage("comm is already being destroyed"), "ncclCommDestroy");
   retire(comm, /*abort=*/false);
   return ncclSuccess;
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommAbort, (ncclComm_t comm)) {
   if (comm == nullptr) return ncclSuccess;
@@ -212,11 +214,11 @@ PLAIT_API(ncclResult_t, CommAbort, (ncclComm_t comm)) {
   if (comm->closing.exchange(1)) return ncclSuccess;
   retire(comm, /*abort=*/true);
   return ncclSuccess;
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommRevoke, (ncclComm_t comm, int revokeFlags)) {
   return fail(plait::invalidUsage("ncclCommRevoke is not supported yet by Plait"), "ncclCommRevoke");
-}
+} PLAIT_API_END
 
 // Collective over the parent: every rank calls it. Ranks of one color form a
 // new communicator ordered by key (ties by parent rank); NCCL_SPLIT_NOCOLOR
@@ -244,10 +246,10 @@ PLAIT_API(ncclResult_t, CommSplit, (ncclComm_t comm, int color, int key, ncclCom
   ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
   inherited.blocking = comm->blocking ? 1 : 0;
   return initRank(newcomm, split->nranks, split->id, split->rank, config ? config : &inherited, call);
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommShrink,
           (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config,
            int shrinkFlags)) {
   return fail(plait::invalidUsage("ncclCommShrink is not supported yet by Plait"), "ncclCommShrink");
-}
+} PLAIT_API_END

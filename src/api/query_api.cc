@@ -22,9 +22,9 @@ PLAIT_API(const char*, GetErrorString, (ncclResult_t result)) {
     case ncclInProgress: return "NCCL operation in progress";
     default: return "unknown result code";
   }
-}
+} PLAIT_API_END
 
-PLAIT_API(const char*, GetLastError, (ncclComm_t comm)) { return lastError(); }
+PLAIT_API(const char*, GetLastError, (ncclComm_t comm)) { return lastError(); } PLAIT_API_END
 
 extern "C" void pncclResetDebugInit(void) {
   plait::log::reset();
@@ -51,7 +51,7 @@ PLAIT_API(ncclResult_t, CommGetAsyncError, (ncclComm_t comm, ncclResult_t* async
   *asyncError = toResult(s.code());
   if (!s.isOk()) fail(s, call);  // keep the message for ncclGetLastError
   return ncclSuccess;
-}
+} PLAIT_API_END
 
 namespace {
 template <typename Fn>
@@ -65,16 +65,16 @@ ncclResult_t query(ncclComm_t comm, void* out, const char* call, Fn fn) {
 
 PLAIT_API(ncclResult_t, CommCount, (const ncclComm_t comm, int* count)) {
   return query(comm, count, "ncclCommCount", [&] { *count = comm->nranks; });
-}
+} PLAIT_API_END
 
 // Host communicators have no CUDA device: the answer is -1.
 PLAIT_API(ncclResult_t, CommCuDevice, (const ncclComm_t comm, int* device)) {
   return query(comm, device, "ncclCommCuDevice", [&] { *device = -1; });
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommUserRank, (const ncclComm_t comm, int* rank)) {
   return query(comm, rank, "ncclCommUserRank", [&] { *rank = comm->rank; });
-}
+} PLAIT_API_END
 
 // ---- Memory ------------------------------------------------------------------
 // Host memory that local peers can map (core/host_memory.h), so collectives
@@ -87,12 +87,12 @@ PLAIT_API(ncclResult_t, MemAlloc, (void** ptr, size_t size)) {
   if (!p.isOk()) return fail(p.status(), call);
   *ptr = *p;
   return ncclSuccess;
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, MemFree, (void* ptr)) {
   if (ptr == nullptr) return ncclSuccess;
   return fail(plait::host_memory::release(ptr), "ncclMemFree");
-}
+} PLAIT_API_END
 
 // ---- Registration ----------------------------------------------------------------
 // Local calls (no peer takes part), as NCCL's. A registration of memory
@@ -124,11 +124,11 @@ PLAIT_API(ncclResult_t, CommRegister, (const ncclComm_t comm, void* buff, size_t
   const char* call = "ncclCommRegister";
   if (handle == nullptr) return fail(plait::invalidArgument("handle is NULL"), call);
   return registerRange(comm, buff, size, handle, plait::RegistrationKind::kBuffer, call);
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommDeregister, (const ncclComm_t comm, void* handle)) {
   return deregisterHandle(comm, handle, plait::RegistrationKind::kBuffer, "ncclCommDeregister");
-}
+} PLAIT_API_END
 
 // A window is a registration with a handle of its own type. Host builds
 // make no use of NCCL_WIN_COLL_SYMMETRIC beyond accepting it.
@@ -142,11 +142,11 @@ PLAIT_API(ncclResult_t, CommWindowRegister,
   ncclResult_t r = registerRange(comm, buff, size, &handle, plait::RegistrationKind::kWindow, call);
   if (r == ncclSuccess) *win = static_cast<ncclWindow_t>(handle);
   return r;
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommWindowDeregister, (ncclComm_t comm, ncclWindow_t win)) {
   return deregisterHandle(comm, win, plait::RegistrationKind::kWindow, "ncclCommWindowDeregister");
-}
+} PLAIT_API_END
 
 // ---- User reduction operations ------------------------------------------------------
 PLAIT_API(ncclResult_t, RedOpCreatePreMulSum,
@@ -175,7 +175,7 @@ PLAIT_API(ncclResult_t, RedOpCreatePreMulSum,
   comm->userOps[index] = u;
   *op = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(index));
   return ncclSuccess;
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, RedOpDestroy, (ncclRedOp_t op, ncclComm_t comm)) {
   const char* call = "ncclRedOpDestroy";
@@ -189,4 +189,4 @@ PLAIT_API(ncclResult_t, RedOpDestroy, (ncclRedOp_t op, ncclComm_t comm)) {
                 call);
   comm->userOps[index].live = false;
   return ncclSuccess;
-}
+} PLAIT_API_END

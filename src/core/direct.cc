@@ -92,6 +92,14 @@ Result<std::unique_ptr<DirectPath>> DirectPath::create(OobExchange& oob, ShmTran
   if (d->nranks_ < 2 || !allLocal) return d;
   PLAIT_RETURN_IF_ERROR(d->probe(oob, deadline));
   if (!d->enabled_) return d;
+  constexpr int64_t kMaxChunkBytes = int64_t{1} << 30;
+  constexpr int64_t kMaxMappings = int64_t{1} << 16;
+  if (kDirectChunkBytes.get() < 0 || kDirectChunkBytes.get() > kMaxChunkBytes)
+    return invalidArgument("PLAIT_DIRECT_CHUNK_BYTES is " + std::to_string(kDirectChunkBytes.get()) +
+                           "; must be in [0, 1G] (values below 4K mean 4K)");
+  if (kDirectMaxMappings.get() > kMaxMappings)
+    return invalidArgument("PLAIT_DIRECT_MAX_MAPPINGS is " + std::to_string(kDirectMaxMappings.get()) +
+                           "; must be at most " + std::to_string(kMaxMappings));
   d->chunkBytes_ = std::max<size_t>(4096, static_cast<size_t>(kDirectChunkBytes.get()) / 64 * 64);
   d->streamBytes_ = static_cast<size_t>(std::max<int64_t>(0, kDirectStreamBytes.get()));
   d->scratch_.resize(d->chunkBytes_);
