@@ -1,5 +1,7 @@
 // coll_api.cc — collectives, point-to-point and groups: validate every
 // argument, build a Task, and run it now, at group end, or on a host stream.
+#include <algorithm>
+
 #include "algorithms/types.h"
 #include "api/api_util.h"
 #include "core/group.h"
@@ -15,7 +17,7 @@ namespace {
 // thread's group.
 ncclResult_t launch(ncclComm_t comm, const Task& task, const char* call) {
   if (plait::group::active()) {
-    plait::group::enqueue(comm->impl.get(), task);
+    plait::group::enqueue(comm, task);
     return ncclSuccess;
   }
   if (task.stream != nullptr) {
@@ -78,6 +80,12 @@ ncclResult_t collective(ncclComm_t comm, const CollCall& c, size_t sendMult, siz
   if (s.isOk() && c.rooted) s = checkRoot(c.root, comm->nranks);
   const bool p2p = c.coll == plait::CollType::kSend || c.coll == plait::CollType::kRecv;
   if (s.isOk() && p2p) s = checkRoot(c.peer, comm->nranks, "peer");
+  // AllGather, AlltoAll, Gather, Scatter, ReduceScatter: a buffer holds
+  // count x nranks elements, which must not overflow either.
+  const size_t mult = std::max(sendMult, recvMult);
+  if (s.isOk() && mult > 1 && c.count > (SIZE_MAX >> 4) / plait::typeSize(c.type) / mult)
+    s = plait::invalidArgument("count " + std::to_string(c.count) + " x " + std::to_string(mult) +
+                               " ranks overflows the addressable size");
   if (s.isOk()) {
     const bool isRoot = !c.rooted || comm->rank == c.root;
     if (sendMult && (isRoot || !sendAtRootOnly)) s = checkBuffer(c.sendbuff, c.count * sendMult, "sendbuff");
@@ -100,62 +108,62 @@ PLAIT_API(ncclResult_t, AllReduce,
            ncclComm_t comm, cudaStream_t stream)) {
   CollCall c{"ncclAllReduce", plait::CollType::kAllReduce, sendbuff, recvbuff, count, datatype, true, op};
   return collective(comm, c, 1, 1, false, false, stream);
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, Reduce,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root,
            ncclComm_t comm, cudaStream_t stream)) {
   CollCall c{"ncclReduce", plait::CollType::kReduce, sendbuff, recvbuff, count, datatype, true, op, root, true};
   return collective(comm, c, 1, 1, false, /*recvAtRootOnly=*/true, stream);
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, Bcast,
           (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)) {
   CollCall c{"ncclBcast", plait::CollType::kBroadcast, buff, buff, count, datatype, false, 0, root, true};
   return collective(comm, c, 1, 1, /*sendAtRootOnly=*/true, false, stream);
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, Broadcast,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
            cudaStream_t stream)) {
   CollCall c{"ncclBroadcast", plait::CollType::kBroadcast, sendbuff, recvbuff, count, datatype, false, 0, root, true};
   return collective(comm, c, 1, 1, /*sendAtRootOnly=*/true, false, stream);
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, ReduceScatter,
           (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op,
            ncclComm_t comm, cudaStream_t stream)) {
   CollCall c{"ncclReduceScatter", plait::CollType::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, true, op};
   return collective(comm, c, ranksOf(comm), 1, false, false, stream);
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, AllGather,
           (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm,
            cudaStream_t stream)) {
   CollCall c{"ncclAllGather", plait::CollType::kAllGather, sendbuff, recvbuff, sendcount, datatype};
   return collective(comm, c, 1, ranksOf(comm), false, false, stream);
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, AlltoAll,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
            cudaStream_t stream)) {
   CollCall c{"ncclAlltoAll", plait::CollType::kAlltoAll, sendbuff, recvbuff, count, datatype};
   return collective(comm, c, ranksOf(comm), ranksOf(comm), false, false, stream);
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, Gather,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
            cudaStream_t stream)) {
   CollCall c{"ncclGather", plait::CollType::kGather, sendbuff, recvbuff, count, datatype, false, 0, root, true};
   return collective(comm, c, 1, ranksOf(comm), false, /*recvAtRootOnly=*/true, stream);
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, Scatter,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
            cudaStream_t stream)) {
   CollCall c{"ncclScatter", plait::CollType::kScatter, sendbuff, recvbuff, count, datatype, false, 0, root, true};
   return collective(comm, c, ranksOf(comm), 1, /*sendAtRootOnly=*/true, false, stream);
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, Send,
           (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
@@ -163,26 +171,28 @@ PLAIT_API(ncclResult_t, Send,
   CollCall c{"ncclSend", plait::CollType::kSend, sendbuff, nullptr, count, datatype};
   c.peer = peer;
   return collective(comm, c, 1, 0, false, false, stream);
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, Recv,
           (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream)) {
   CollCall c{"ncclRecv", plait::CollType::kRecv, nullptr, recvbuff, count, datatype};
   c.peer = peer;
   return collective(comm, c, 0, 1, false, false, stream);
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, GroupStart, (void)) {
   plait::group::start();
   return ncclSuccess;
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, GroupEnd, (void)) {
-  Status s = plait::group::end([](plait::Communicator* comm, std::vector<Task>& tasks) {
-    return comm->runGroup(tasks);
+  Status s = plait::group::end([](ncclComm_t comm, std::vector<Task>& tasks) {
+    CommUse use(comm);  // destroy/abort on another thread waits for the group's operations
+    if (!use.usable()) return plait::invalidUsage("a communicator of the group was destroyed or aborted before ncclGroupEnd");
+    return comm->impl->runGroup(tasks);
   });
   return fail(s, "ncclGroupEnd");
-}
+} PLAIT_API_END
 
 PLAIT_API(ncclResult_t, GroupSimulateEnd, (ncclSimInfo_t * simInfo)) {
   const char* call = "ncclGroupSimulateEnd";
@@ -190,9 +200,16 @@ PLAIT_API(ncclResult_t, GroupSimulateEnd, (ncclSimInfo_t * simInfo)) {
   if (simInfo->magic != 0x74685283)
     return fail(plait::invalidArgument("simInfo was not initialised with NCCL_SIM_INFO_INITIALIZER"), call);
   float total = 0;
-  for (const auto& op : plait::group::pending()) total += static_cast<float>(op.comm->estimateUs(op.task));
+  for (const auto& op : plait::group::pending()) {
+    CommUse use(op.comm);
+    if (!use.usable()) {
+      (void)plait::group::end([](ncclComm_t, std::vector<Task>&) { return Status::ok(); });  // drop the group
+      return fail(plait::invalidUsage("a communicator of the group was destroyed or aborted before ncclGroupSimulateEnd"), call);
+    }
+    total += static_cast<float>(op.comm->impl->estimateUs(op.task));
+  }
   simInfo->estimatedTime = total;
   // Simulation launches nothing: drop the pending operations like End would.
-  Status s = plait::group::end([](plait::Communicator*, std::vector<Task>&) { return Status::ok(); });
+  Status s = plait::group::end([](ncclComm_t, std::vector<Task>&) { return Status::ok(); });
   return fail(s, call);
-}
+} PLAIT_API_END

@@ -90,7 +90,18 @@ int usableCores() {
 
 Status Communicator::init(const ncclUniqueId& id, const CommOptions& options) {
   log::ScopedLogRank logRank(rank_);
+  {
+    std::lock_guard<std::mutex> lock(partsMu_);
+    initRunning_ = true;
+  }
   Status s = initSteps(id, options);
+  {
+    std::lock_guard<std::mutex> lock(partsMu_);
+    initRunning_ = false;
+  }
+  // An abort that arrived while initSteps built the parts only raised the
+  // flag (which every wait of init watches); abort the parts now.
+  if (aborted()) abortParts();
   if (!s.isOk()) {
     abort();
     s.withContext("creating rank " + std::to_string(rank_) + " of " + std::to_string(nranks_));
@@ -221,6 +232,14 @@ void Communicator::breakWith(const Status& status) {
 
 void Communicator::abort() {
   if (abortFlag_.exchange(1, std::memory_order_acq_rel) != 0) return;
+  abortParts();
+}
+
+void Communicator::abortParts() {
+  // init() assigns the parts on its own thread; while it runs, the flag is
+  // all an abort may touch (init aborts the parts when it returns).
+  std::lock_guard<std::mutex> lock(partsMu_);
+  if (initRunning_) return;
   if (shm_) shm_->abort();
   if (net_) net_->abort();
   if (bootstrap_) bootstrap_->abort();

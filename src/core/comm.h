@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,7 @@ class Communicator {
   Status runOneShotLines(const Task& task, size_t bytes, ReduceCopyFn fn, bool preOp);
   void reduceInRankOrder(const Task& task, ReduceCopyFn fn, bool preOp, const void* const* inputs);
   void breakWith(const Status& status);
+  void abortParts();
   Status withDeadPeers(Status s) const;
   void logPlanOnce(const Task& task, size_t bytes, const Plan& plan);
 
@@ -110,6 +112,8 @@ class Communicator {
   int nranks_ = 1;
   std::string name_;
   std::atomic<uint32_t> abortFlag_{0};
+  std::mutex partsMu_;       // orders abort() against init() assigning the parts below
+  bool initRunning_ = false;
   int64_t timeoutMs_ = 0;
   uint64_t opCount_ = 0;
   std::unique_ptr<Bootstrap> bootstrap_;

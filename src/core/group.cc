@@ -1,5 +1,7 @@
 #include "core/group.h"
 
+#include <exception>
+#include <new>
 #include <thread>
 
 namespace plait::group {
@@ -22,15 +24,27 @@ int depth() { return tls.depth; }
 void start() { ++tls.depth; }
 const std::vector<PendingOp>& pending() { return tls.ops; }
 
-void enqueue(Communicator* comm, const Task& task) { tls.ops.push_back(PendingOp{comm, task}); }
+void enqueue(ncclComm_t comm, const Task& task) { tls.ops.push_back(PendingOp{comm, task}); }
 
 void deferInit(std::function<Status()> init) { tls.inits.push_back(std::move(init)); }
+
+Status noThrow(const std::function<Status()>& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kSystemError, "out of memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    return Status(Code::kInternalError, std::string("unexpected C++ exception: ") + e.what());
+  } catch (...) {
+    return Status(Code::kInternalError, "unexpected exception of unknown type");
+  }
+}
 
 namespace {
 Status runInits(std::vector<std::function<Status()>>& inits) {
   std::vector<Status> results(inits.size());
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < inits.size(); ++i) threads.emplace_back([&, i] { results[i] = inits[i](); });
+  for (size_t i = 0; i < inits.size(); ++i) threads.emplace_back([&, i] { results[i] = noThrow(inits[i]); });
   for (auto& t : threads) t.join();
   for (auto& r : results)
     if (!r.isOk()) return r;
@@ -42,7 +56,7 @@ void recordError(const Status& status) {
   if (tls.firstError.isOk()) tls.firstError = status;
 }
 
-Status end(const std::function<Status(Communicator*, std::vector<Task>&)>& run) {
+Status end(const std::function<Status(ncclComm_t, std::vector<Task>&)>& run) {
   if (tls.depth == 0) return invalidUsage("ncclGroupEnd called without a matching ncclGroupStart");
   if (--tls.depth > 0) return Status::ok();
   std::vector<PendingOp> ops = std::move(tls.ops);
@@ -58,7 +72,7 @@ Status end(const std::function<Status(Communicator*, std::vector<Task>&)>& run) 
   if (!first.isOk()) return first;  // NCCL launches nothing from a group with a bad call
 
   // Per communicator, in order of first appearance.
-  std::vector<Communicator*> comms;
+  std::vector<ncclComm_t> comms;
   std::vector<std::vector<Task>> tasks;
   for (auto& op : ops) {
     size_t i = 0;
@@ -73,8 +87,8 @@ Status end(const std::function<Status(Communicator*, std::vector<Task>&)>& run) 
   std::vector<Status> results(comms.size());
   std::vector<std::thread> threads;
   for (size_t i = 1; i < comms.size(); ++i)
-    threads.emplace_back([&, i] { results[i] = run(comms[i], tasks[i]); });
-  results[0] = run(comms[0], tasks[0]);
+    threads.emplace_back([&, i] { results[i] = noThrow([&] { return run(comms[i], tasks[i]); }); });
+  results[0] = noThrow([&] { return run(comms[0], tasks[0]); });
   for (auto& t : threads) t.join();
   for (auto& r : results)
     if (!r.isOk()) return r;

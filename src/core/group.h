@@ -13,15 +13,17 @@
 #include <vector>
 
 #include "core/task.h"
+#include "nccl.h"
 #include "plait/status.hpp"
 
-namespace plait {
-class Communicator;
+namespace plait::group {
 
-namespace group {
-
+// A pending operation names its communicator by the user's handle, never by
+// the Communicator behind it: destroy or abort may free that one before the
+// group ends (handles outlive their communicators as tombstones), so End
+// checks each handle when it runs the group.
 struct PendingOp {
-  Communicator* comm = nullptr;
+  ncclComm_t comm = nullptr;
   Task task;
 };
 
@@ -30,8 +32,10 @@ void start();
 // Decrements the depth; at depth 0 runs what was collected through `run`
 // (called once per communicator with its operations) and returns the first
 // error of the group, including errors recorded by recordError.
-Status end(const std::function<Status(Communicator*, std::vector<Task>&)>& run);
-void enqueue(Communicator* comm, const Task& task);
+// `run` may run on several threads at once (one per communicator); an
+// exception it throws becomes that communicator's error.
+Status end(const std::function<Status(ncclComm_t, std::vector<Task>&)>& run);
+void enqueue(ncclComm_t comm, const Task& task);
 // Defers a communicator creation to the outermost End, where all deferred
 // creations of the group run concurrently (one thread each) before any
 // operation: NCCL lets one thread create several ranks inside a group.
@@ -42,5 +46,8 @@ void recordError(const Status& status);
 const std::vector<PendingOp>& pending();
 int depth();
 
-}  // namespace group
-}  // namespace plait
+// Runs `body`, turning an exception it throws into an error Status (threads
+// the library starts must not let one escape: that is std::terminate).
+Status noThrow(const std::function<Status()>& body);
+
+}  // namespace plait::group
