@@ -210,17 +210,25 @@ int64_t processStartUnixNs() {
 
 // Rank 0 removes its id files when its process exits normally: a rank that
 // finished never leaves peers still waiting for the file (they joined its
-// communicator). A crash leaves the file; readers skip it as stale.
+// communicator). A crash leaves the file; readers skip it as stale. Only the
+// process that wrote a file removes it: a child forked later (a data loader,
+// a helper) inherits the atexit handler, and its exit must not pull the id
+// from under ranks that are still joining.
 void removeAtExit(const std::string& path) {
+  struct Owned {
+    std::string path;
+    pid_t owner;
+  };
   static std::mutex mu;
-  static auto* paths = new std::vector<std::string>();  // leaked: used by the atexit handler
+  static auto* paths = new std::vector<Owned>();  // leaked: used by the atexit handler
   std::lock_guard<std::mutex> lock(mu);
   if (paths->empty())
     std::atexit([] {
       std::lock_guard<std::mutex> exitLock(mu);
-      for (const std::string& p : *paths) ::unlink(p.c_str());
+      for (const Owned& p : *paths)
+        if (p.owner == ::getpid()) ::unlink(p.path.c_str());
     });
-  paths->push_back(path);
+  paths->push_back(Owned{path, ::getpid()});
 }
 
 Result<ncclUniqueId> mpirunFileUniqueId(const LaunchInfo& info, Deadline deadline) {

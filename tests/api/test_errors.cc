@@ -49,6 +49,17 @@ TEST_CASE("Invalid arguments are rejected with a message naming them", "[api][er
     if (ncclAllReduce(buf, buf, SIZE_MAX / 2, ncclFloat, ncclSum, comm, nullptr) != ncclInvalidArgument ||
         !lastErrorMentions("count"))
       return "count overflow";
+    // Each count alone is addressable; count x nranks is not.
+    const size_t halfMax = (SIZE_MAX >> 4) / sizeof(float) - 1;
+    if (ncclAllGather(buf, buf, halfMax, ncclFloat, comm, nullptr) != ncclInvalidArgument ||
+        !lastErrorMentions("ranks overflows"))
+      return "AllGather count x nranks overflow";
+    if (ncclAlltoAll(buf, buf, halfMax, ncclFloat, comm, nullptr) != ncclInvalidArgument ||
+        !lastErrorMentions("ranks overflows"))
+      return "AlltoAll count x nranks overflow";
+    if (ncclReduceScatter(buf, buf, halfMax, ncclFloat, ncclSum, comm, nullptr) != ncclInvalidArgument ||
+        !lastErrorMentions("ranks overflows"))
+      return "ReduceScatter count x nranks overflow";
     int fakeStream = 0;
     if (ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, comm, reinterpret_cast<cudaStream_t>(&fakeStream)) !=
             ncclInvalidArgument ||

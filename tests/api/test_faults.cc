@@ -15,9 +15,12 @@ TEST_CASE("ncclCommAbort from another thread unblocks a waiting AllReduce", "[fa
   ncclUniqueId id;
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
   ncclComm_t comms[2] = {nullptr, nullptr};
-  std::thread init1([&] { REQUIRE(ncclCommInitRank(&comms[1], 2, id, 1) == ncclSuccess); });
-  REQUIRE(ncclCommInitRank(&comms[0], 2, id, 0) == ncclSuccess);
+  ncclResult_t init1Result = ncclInternalError;  // Catch2 assertions stay on the test's thread
+  std::thread init1([&] { init1Result = ncclCommInitRank(&comms[1], 2, id, 1); });
+  const ncclResult_t init0Result = ncclCommInitRank(&comms[0], 2, id, 0);
   init1.join();
+  REQUIRE(init0Result == ncclSuccess);
+  REQUIRE(init1Result == ncclSuccess);
   // Rank 1 never joins the collective; rank 0 waits until aborted.
   std::vector<float> buf(1 << 16, 1.0f);
   ncclResult_t result = ncclSuccess;

@@ -1,6 +1,7 @@
 // Launch detection from each launcher's variables, Slurm hostlists, and the
 // comm-id address and file rendezvous logic behind launchUniqueId.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -245,7 +246,7 @@ TEST_CASE("torchrun and Slurm export the agreed NCCL_COMM_ID", "[launch]") {
   SECTION("torchrun: MASTER_PORT + 1") {
     ScopedLaunchEnv env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29500"}});
     auto id = plait::launchUniqueId(detectOk(), plait::Deadline::afterMs(1000));
-    // plait_core alone has no ncclGetUniqueId; the address is exported either way.
+    // The address is exported whether or not ncclGetUniqueId succeeds.
     if (!id.isOk()) CHECK(id.status().code() == plait::Code::kInvalidUsage);
     CHECK(envText("NCCL_COMM_ID") == "10.1.2.3:29501");
   }
@@ -301,12 +302,14 @@ TEST_CASE("id file rendezvous", "[launch][rendezvous]") {
     CHECK(std::memcmp(&got.value(), &sent, sizeof(sent)) == 0);
   }
   SECTION("a reader waits for a later writer") {
+    bool published = false;  // Catch2 assertions stay on the test's thread
     std::thread writer([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      CHECK(detail::publishIdFile(path, sent).isOk());
+      published = detail::publishIdFile(path, sent).isOk();
     });
     auto got = detail::awaitIdFile(path, 0, plait::Deadline::afterMs(5000));
     writer.join();
+    CHECK(published);
     REQUIRE(got.isOk());
     CHECK(std::memcmp(&got.value(), &sent, sizeof(sent)) == 0);
   }
@@ -344,4 +347,28 @@ TEST_CASE("mpirun without NCCL_COMM_ID: non-root ranks read rank 0's file", "[la
   auto noJob = plait::launchUniqueId(detectOk(), plait::Deadline::afterMs(100));
   REQUIRE_FALSE(noJob.isOk());
   CHECK_THAT(noJob.status().message(), Catch::Contains("OMPI_MCA_ess_base_jobid"));
+}
+
+// plait_core reaches the API layer's ncclGetUniqueId through a weak
+// reference; this unit test links no API layer, so it provides the id.
+extern "C" ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  *uniqueId = patternId(7);
+  return ncclSuccess;
+}
+
+TEST_CASE("mpirun without NCCL_COMM_ID: a child forked by rank 0 keeps its id file", "[launch][rendezvous]") {
+  std::string job = uniqueJobId();
+  ScopedLaunchEnv env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"PMIX_NAMESPACE", job}});
+  std::string path = detail::idFilePath(job);
+  auto published = plait::launchUniqueId(detectOk(), plait::Deadline::afterMs(2000));
+  INFO(published.status().toString());
+  REQUIRE(published.isOk());
+  struct stat st {};
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  pid_t child = fork();  // a data loader, say, that ends with exit(): atexit handlers run in it
+  if (child == 0) exit(0);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(stat(path.c_str(), &st) == 0);  // ranks still joining need it
+  unlink(path.c_str());
 }
