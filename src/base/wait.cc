@@ -61,6 +61,8 @@ Status deadPeerStatus(const WaitContext& ctx) {
   return remoteError(peerText(ctx) + " died during " + whatText(ctx));
 }
 
+thread_local WaitCheck tlsWaitCheck;
+
 // The checks made between polls; OK means keep waiting.
 Status checkStop(const WaitContext& ctx, uint64_t startNs) {
   if (aborted(ctx)) return abortedStatus(ctx);
@@ -118,9 +120,13 @@ Status sleepPhase(bool (*ready)(void*), void* arg, std::atomic<uint32_t>* futexW
     if (ready(arg)) return Status::ok();
     PLAIT_RETURN_IF_ERROR(checkStop(ctx, startNs));
     uint64_t now = nowNs();
-    if (ctx.peerPid > 0 && now >= nextPeerCheck) {
+    if (now >= nextPeerCheck) {
       nextPeerCheck = now + kPeerCheckNs;
-      if (!processAlive(ctx.peerPid)) return ready(arg) ? Status::ok() : deadPeerStatus(ctx);
+      if (ctx.peerPid > 0 && !processAlive(ctx.peerPid)) return ready(arg) ? Status::ok() : deadPeerStatus(ctx);
+      if (tlsWaitCheck.check != nullptr) {
+        Status s = tlsWaitCheck.check(tlsWaitCheck.arg);
+        if (!s.isOk()) return ready(arg) ? Status::ok() : s;
+      }
     }
   }
 }
@@ -156,6 +162,9 @@ void wakeSlow(std::atomic<uint32_t>* futexWord) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(futexWord), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 }  // namespace detail
+
+ScopedWaitCheck::ScopedWaitCheck(WaitCheck check) : previous_(tlsWaitCheck) { tlsWaitCheck = check; }
+ScopedWaitCheck::~ScopedWaitCheck() { tlsWaitCheck = previous_; }
 
 std::string describePeer(const WaitContext& ctx) { return peerText(ctx); }
 

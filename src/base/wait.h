@@ -58,6 +58,25 @@ struct WaitContext {
   const char* peerFailure = nullptr;
 };
 
+// A check that the operation running on this thread adds to every wait's
+// slow path: called about every 100 ms while the wait sleeps (with the peer
+// liveness check); a non-OK status ends the wait with that status. Installed
+// per thread by ScopedWaitCheck, so the transports need not know about it.
+struct WaitCheck {
+  Status (*check)(const void* arg) = nullptr;
+  const void* arg = nullptr;
+};
+class ScopedWaitCheck {
+ public:
+  explicit ScopedWaitCheck(WaitCheck check);
+  ~ScopedWaitCheck();
+  ScopedWaitCheck(const ScopedWaitCheck&) = delete;
+  ScopedWaitCheck& operator=(const ScopedWaitCheck&) = delete;
+
+ private:
+  WaitCheck previous_;
+};
+
 namespace detail {
 // The out-of-line part of waitUntil: everything after the first failed check.
 // `ready` is called as ready(readyArg).

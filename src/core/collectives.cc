@@ -61,7 +61,10 @@ Status Communicator::runLocalCopy(const Task& task) {
 
 Status Communicator::runRingCollective(const Task& task, const Plan& plan) {
   if (!workers_ || plan.nChannels <= 1) return runRingCollectiveChannel(task, plan, 0);
-  return workers_->runChannels(plan.nChannels, [&](int c) { return runRingCollectiveChannel(task, plan, c); });
+  return workers_->runChannels(plan.nChannels, [&](int c) {
+    ScopedWaitCheck agreement(agreementCheck());  // workers wait too
+    return runRingCollectiveChannel(task, plan, c);
+  });
 }
 
 Status Communicator::runRingCollectiveChannel(const Task& task, const Plan& plan, int channel) {

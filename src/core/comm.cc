@@ -131,6 +131,7 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
   PLAIT_RETURN_IF_ERROR(bootstrap_->allGather(wants.data(), sizeof(int), deadline));
   const int nChannels = *std::min_element(wants.begin(), wants.end());
   PLAIT_RETURN_IF_ERROR(connectTransports(deadline, nChannels));
+  PLAIT_ASSIGN_OR_RETURN(board_, OpBoard::create(*bootstrap_, local, deadline));
   if (nChannels > 1) workers_ = std::make_unique<ChannelWorkers>(nChannels - 1);
   PLAIT_INFO(kInit, "comm %s rank %d nranks %d: %zu local rank(s), %d channel(s)", name_.c_str(), rank_, nranks_,
              local.size(), nChannels);

@@ -16,9 +16,11 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/wait.h"
 #include "core/bootstrap.h"
 #include "core/channel_workers.h"
 #include "core/direct.h"
+#include "core/op_board.h"
 #include "core/task.h"
 #include "core/tuner.h"
 #include "algorithms/primitives.h"
@@ -105,6 +107,11 @@ class Communicator {
   void reduceInRankOrder(const Task& task, ReduceCopyFn fn, bool preOp, const void* const* inputs);
   void breakWith(const Status& status);
   void abortParts();
+  // Collective numbering and the local peers' view of it (core/op_board.h).
+  void announce(const Task& task);
+  void announceBatch(const std::vector<Task>& tasks);
+  Status checkAgreement() const;
+  WaitCheck agreementCheck() const;
   Status withDeadPeers(Status s) const;
   void logPlanOnce(const Task& task, size_t bytes, const Plan& plan);
 
@@ -121,7 +128,10 @@ class Communicator {
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<Tuner> tuner_;
   std::unique_ptr<ChannelWorkers> workers_;
-  std::unique_ptr<DirectPath> direct_;  // registrations; zero-copy collectives when every rank is local
+  std::unique_ptr<DirectPath> direct_;
+  std::unique_ptr<OpBoard> board_;  // null without local peers
+  uint64_t collSeq_ = 0;            // collectives (not Send/Recv) started, counted alike on every rank
+  mutable std::atomic<bool> disagreed_{false};  // board_ saw ranks in different collectives  // registrations; zero-copy collectives when every rank is local
   std::vector<int> ringPositions_;  // per channel: this rank's position in that ring
   std::vector<std::vector<int>> rings_;  // per channel: ranks in ring order
   std::vector<int> pids_;                // per rank (liveness checks)

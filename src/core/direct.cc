@@ -229,9 +229,13 @@ Result<bool> DirectPath::exchange(const Task& task, bool allReduce, bool push) {
   for (int p = 0; p < nranks_; ++p)
     if (p != rank_) PLAIT_RETURN_IF_ERROR(shm_->lineRecv(p)->recv(&descs_[p], sizeof(Descriptor)));
   for (int p = 0; p < nranks_; ++p) {
-    if (descs_[p].shape != mine.shape || descs_[p].count != mine.count)
-      return internalError("ranks disagree on the operation: rank " + std::to_string(p) + " described another " +
-                           "collective, type, op or count than rank " + std::to_string(rank_));
+    if (descs_[p].shape != mine.shape || descs_[p].count != mine.count)  // every rank reaches this same verdict
+      return invalidUsage("ranks disagree on the operation: rank " + std::to_string(p) + " runs " +
+                          collName(static_cast<CollType>(descs_[p].shape & 0xff)) + " with count " +
+                          std::to_string(descs_[p].count) + " (shape " + std::to_string(descs_[p].shape) +
+                          ") but rank " + std::to_string(rank_) + " runs " + collName(task.coll) + " with count " +
+                          std::to_string(mine.count) + " (shape " + std::to_string(mine.shape) +
+                          "; the shape encodes collective, type, op and PLAIT_DIRECT_ALLGATHER_PUSH)");
   }
   for (int p = 0; p < nranks_; ++p) {
     for (bool send : {true, false}) {

@@ -26,17 +26,56 @@ Status Communicator::guarded(const char* what, Body body) {
     return Status(s.code(), "the communicator is broken by an earlier error: " + s.message());
   }
   log::ScopedLogRank logRank(rank_);
+  ScopedWaitCheck agreement(agreementCheck());
   ++opCount_;
   Status s = body();
   if (!s.isOk()) {
     s.withContext(std::string(what) + " #" + std::to_string(opCount_) + " on rank " + std::to_string(rank_));
     if (s.code() == Code::kRemoteError) s = withDeadPeers(std::move(s));
-    if (s.code() != Code::kInvalidArgument && s.code() != Code::kInvalidUsage) {
+    // Argument errors are found before data moves; ranks that disagree on
+    // the collective have moved some, so their pipelines are torn.
+    const bool tornPipelines = disagreed_.load(std::memory_order_acquire);
+    if (tornPipelines || (s.code() != Code::kInvalidArgument && s.code() != Code::kInvalidUsage)) {
       PLAIT_INFO(kColl, "%s", s.message().c_str());
       breakWith(s);
     }
+    // Peers on other hosts cannot see the op board: closing the network
+    // connections ends their wait at once instead of at PLAIT_TIMEOUT.
+    if (tornPipelines && net_) net_->abort();
   }
   return s;
+}
+
+void Communicator::announce(const Task& task) {
+  if (task.coll == CollType::kSend || task.coll == CollType::kRecv) return;
+  ++collSeq_;
+  if (board_) board_->publish(collSeq_, task);
+}
+
+// The collectives of a group's point-to-point batch (AlltoAll, Gather,
+// Scatter) run together: they are numbered like all others, and announced
+// as a batch that peers do not compare (a rank may issue the same calls
+// outside a group).
+void Communicator::announceBatch(const std::vector<Task>& tasks) {
+  bool any = false;
+  for (const Task& t : tasks)
+    if (t.coll != CollType::kSend && t.coll != CollType::kRecv) {
+      ++collSeq_;
+      any = true;
+    }
+  if (any && board_) board_->publishBatch(collSeq_);
+}
+
+Status Communicator::checkAgreement() const {
+  if (!board_) return Status::ok();
+  Status s = board_->check();
+  if (!s.isOk()) disagreed_.store(true, std::memory_order_release);
+  return s;
+}
+
+WaitCheck Communicator::agreementCheck() const {
+  if (!board_) return WaitCheck{};
+  return WaitCheck{[](const void* self) { return static_cast<const Communicator*>(self)->checkAgreement(); }, this};
 }
 
 Status Communicator::run(const Task& task) {
@@ -55,7 +94,9 @@ Status Communicator::runGroup(const std::vector<Task>& tasks) {
         if (!s.isOk()) return s.withContext(collName(t.coll));
       }
     }
-    return p2p.empty() ? Status::ok() : runP2p(p2p);
+    if (p2p.empty()) return Status::ok();
+    announceBatch(p2p);
+    return runP2p(p2p);
   });
 }
 
@@ -86,6 +127,7 @@ void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan)
 }
 
 Status Communicator::execute(const Task& task) {
+  announce(task);
   if (isPointToPoint(task.coll)) return runP2p({task});
   if (task.count == 0) return Status::ok();
   if (nranks_ == 1) return runLocalCopy(task);

@@ -1,0 +1,97 @@
+// Ranks that call different collectives, or the same one with different
+// arguments, get ncclInvalidUsage naming both ranks instead of waiting for
+// each other until PLAIT_TIMEOUT (src/core/op_board.h). Run with
+// PLAIT_TIMEOUT=30 (see CMakeLists.txt): before the op board, every case here
+// waited the whole timeout and failed with a time-out.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+struct Outcome {
+  ncclResult_t result = ncclSuccess;
+  std::string message;
+  ncclResult_t after = ncclSuccess;  // a matching AllReduce afterwards
+};
+
+// Runs `call(rank, comm)` on two ranks (threads), then a matching AllReduce.
+template <class Call>
+std::vector<Outcome> runPair(Call call) {
+  std::vector<Outcome> out(2);
+  auto failures = plait_test::runThreads(2, [&](int rank, ncclComm_t comm) -> std::string {
+    out[rank].result = call(rank, comm);
+    out[rank].message = ncclGetLastError(comm);
+    float x = 1;
+    out[rank].after = ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, nullptr);
+    return "";
+  });
+  for (const auto& f : failures) FAIL(f);
+  return out;
+}
+
+void requireNamedMismatch(const std::vector<Outcome>& out, const char* detail) {
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << out[r].message);
+    CHECK(out[r].result == ncclInvalidUsage);
+    CHECK(out[r].message.find("rank " + std::to_string(1 - r)) != std::string::npos);
+    CHECK(out[r].message.find(detail) != std::string::npos);
+    CHECK(out[r].after != ncclSuccess);  // the pipelines are torn: the communicator is broken
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Counts on both sides of the direct-path threshold", "[mismatch]") {
+  auto out = runPair([](int rank, ncclComm_t comm) {
+    std::vector<float> buf(8192, 1.0f);                       // 32 KiB on rank 0
+    const size_t count = rank == 0 ? buf.size() : 1024;       // 4 KiB on rank 1
+    return ncclAllReduce(buf.data(), buf.data(), count, ncclFloat, ncclSum, comm, nullptr);
+  });
+  requireNamedMismatch(out, "count");
+}
+
+TEST_CASE("Different collectives at the same position", "[mismatch]") {
+  auto out = runPair([](int rank, ncclComm_t comm) {
+    std::vector<float> buf(1 << 16, 1.0f);
+    if (rank == 0) return ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
+    return ncclBroadcast(buf.data(), buf.data(), buf.size(), ncclFloat, 0, comm, nullptr);
+  });
+  requireNamedMismatch(out, "Broadcast");
+}
+
+// Detection needs a rank that waits: two "roots" of a Broadcast both only
+// send and may finish (as with NCCL, the data is then wrong). Two roots of a
+// Reduce both wait for the other's contribution.
+TEST_CASE("Reduce to different roots", "[mismatch]") {
+  auto out = runPair([](int rank, ncclComm_t comm) {
+    std::vector<float> buf(1 << 16, 1.0f);
+    return ncclReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, rank, comm, nullptr);
+  });
+  requireNamedMismatch(out, "root");
+}
+
+TEST_CASE("The same collectives grouped on one rank and not on the other still agree", "[mismatch]") {
+  auto failures = plait_test::runThreads(2, [](int rank, ncclComm_t comm) -> std::string {
+    std::vector<float> send(2 * 1024, 1.0f + rank), recv(2 * 1024, 0.0f);
+    ncclResult_t r;
+    if (rank == 0) {
+      ncclGroupStart();
+      ncclAlltoAll(send.data(), recv.data(), 1024, ncclFloat, comm, nullptr);
+      r = ncclGroupEnd();
+    } else {
+      r = ncclAlltoAll(send.data(), recv.data(), 1024, ncclFloat, comm, nullptr);
+    }
+    if (r != ncclSuccess) return std::string("AlltoAll: ") + ncclGetLastError(comm);
+    if (recv[0] != 1.0f || recv[1024] != 2.0f) return "AlltoAll moved the wrong data";
+    std::vector<float> buf(8192, 1.0f);
+    if (ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr) != ncclSuccess)
+      return std::string("AllReduce: ") + ncclGetLastError(comm);
+    return buf[0] == 2.0f && buf.back() == 2.0f ? "" : "AllReduce result";
+  });
+  for (const auto& f : failures) FAIL(f);
+}
