@@ -241,12 +241,14 @@ void Communicator::abortParts() {
   // all an abort may touch (init aborts the parts when it returns).
   std::lock_guard<std::mutex> lock(partsMu_);
   if (initRunning_) return;
+  if (board_) board_->markDeparted();
   if (shm_) shm_->abort();
   if (net_) net_->abort();
   if (bootstrap_) bootstrap_->abort();
 }
 
 Communicator::~Communicator() {
+  if (board_) board_->markDeparted();
   workers_.reset();
   shm_.reset();
   net_.reset();  // after shm_, which hands out its connectors

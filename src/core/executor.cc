@@ -103,16 +103,21 @@ Status Communicator::runGroup(const std::vector<Task>& tasks) {
 // A failure often cascades: rank A dies, its neighbour B aborts, and B's
 // other neighbour C only sees "B aborted". Naming every dead local peer
 // gives C the root cause too.
+// Ranks that aborted or destroyed their communicator and then exited (after
+// an error of their own, say) are named apart: they did not die.
 Status Communicator::withDeadPeers(Status s) const {
-  std::string dead;
+  std::string dead, left;
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_ || !shm_ || !shm_->isLocal(r)) continue;
     const int pid = bootstrap_->peer(r).pid;
-    if (pid > 0 && !processAlive(pid)) dead += (dead.empty() ? "" : ", ") + ("rank " + std::to_string(r)) +
-                                             " (pid " + std::to_string(pid) + ")";
+    if (pid <= 0 || processAlive(pid)) continue;
+    std::string& list = board_ && board_->peerDeparted(r) ? left : dead;
+    list += (list.empty() ? "" : ", ") + ("rank " + std::to_string(r)) + " (pid " + std::to_string(pid) + ")";
   }
-  if (dead.empty()) return s;
-  return Status(s.code(), s.message() + "; dead: " + dead);
+  std::string text = s.message();
+  if (!dead.empty()) text += "; dead: " + dead;
+  if (!left.empty()) text += "; exited after aborting or destroying their communicator: " + left;
+  return Status(s.code(), text);
 }
 
 void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan) {

@@ -88,6 +88,16 @@ void OpBoard::publishBatch(uint64_t seq) {
   line.version.store(v + 2, std::memory_order_release);
 }
 
+void OpBoard::markDeparted() {
+  static_cast<Line*>(own_.data())->departed.store(1, std::memory_order_release);
+}
+
+bool OpBoard::peerDeparted(int rank) const {
+  for (const auto& [peer, line] : peerLines_)
+    if (peer == rank) return line->departed.load(std::memory_order_acquire) != 0;
+  return false;
+}
+
 bool OpBoard::read(const Line& line, Snapshot* out) {
   const uint64_t v1 = line.version.load(std::memory_order_acquire);
   if (v1 & 1) return false;

@@ -49,6 +49,10 @@ class OpBoard {
   // otherwise (including peers at another number: they may just be slow).
   // Thread-safe; reads only.
   Status check() const;
+  // This rank aborted or destroyed its communicator: peers that later find
+  // its process gone know it left on purpose rather than died.
+  void markDeparted();
+  bool peerDeparted(int rank) const;
 
   struct alignas(64) Line {
     std::atomic<uint64_t> version{0};  // odd while the owner writes
@@ -58,6 +62,7 @@ class OpBoard {
     std::atomic<uint32_t> type{0};
     std::atomic<uint32_t> opKind{0};
     std::atomic<int32_t> root{0};
+    std::atomic<uint32_t> departed{0};
   };
 
  private:

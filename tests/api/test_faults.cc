@@ -60,6 +60,29 @@ TEST_CASE("A rank killed mid-collective makes the others fail with ncclRemoteErr
   CHECK(codes[2] == -SIGKILL);
 }
 
+TEST_CASE("A rank that aborted and exited is not reported dead", "[faults]") {
+  auto codes = plait_test::runProcesses(3, [](int rank, const ncclUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, 3, id, rank) != ncclSuccess) return 10;
+    if (rank == 2) {  // gives up on its own (an error of its own, say) and exits cleanly
+      ncclCommAbort(comm);
+      return 0;
+    }
+    usleep(300 * 1000);  // rank 2 is gone by now
+    std::vector<float> buf(1 << 16, 1.0f);
+    ncclResult_t r = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
+    std::string msg = ncclGetLastError(comm);
+    ncclCommAbort(comm);
+    if (r != ncclRemoteError) return 20;
+    if (msg.find("rank 2") == std::string::npos) return 21;
+    if (msg.find("dead: rank 2") != std::string::npos) return 22;  // it did not die
+    return 0;
+  });
+  CHECK(codes[0] == 0);
+  CHECK(codes[1] == 0);
+  CHECK(codes[2] == 0);
+}
+
 // Run with PLAIT_TIMEOUT=1 (see CMakeLists.txt).
 TEST_CASE("A wait that passes PLAIT_TIMEOUT fails instead of hanging", "[timeout]") {
   auto codes = plait_test::runProcesses(2, [](int rank, const ncclUniqueId& id) {
