@@ -1,11 +1,10 @@
 #include "api/api_util.h"
 
 #include <cstdio>
-#include <exception>
-#include <new>
 
 #include "algorithms/types.h"
 #include "base/log.h"
+#include "base/no_throw.h"
 #include "core/host_stream.h"
 
 namespace plait::api {
@@ -40,13 +39,9 @@ const char* lastError() { return tlsLastError.c_str(); }
 BoundaryError exceptionAtBoundary(const char* function) noexcept {
   Status status;
   try {
-    throw;
-  } catch (const std::bad_alloc&) {
-    status = Status(Code::kSystemError, "out of memory (std::bad_alloc)");
-  } catch (const std::exception& e) {
-    status = Status(Code::kInternalError, std::string("unexpected C++ exception: ") + e.what());
-  } catch (...) {
-    status = Status(Code::kInternalError, "unexpected exception of unknown type");
+    status = statusFromCurrentException();
+  } catch (...) {  // building the message needs memory too
+    return BoundaryError{ncclSystemError};
   }
   const ncclResult_t result = toResult(status.code());
   try {  // recording the message allocates too; the result code is what matters

@@ -5,6 +5,7 @@
 #include "api/api_util.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "base/no_throw.h"
 #include "core/bootstrap.h"
 #include "core/group.h"
 
@@ -47,7 +48,7 @@ void printVersionOnce() {
 // Creates the communicator behind `shell`; runs on the caller's thread or, for
 // non-blocking configs, on the shell's init thread.
 void initShell(ncclComm_t shell, ncclUniqueId id, plait::CommOptions options) {
-  Status s = plait::group::noThrow([&] { return shell->impl->init(id, options); });
+  Status s = plait::noThrow([&] { return shell->impl->init(id, options); });
   if (s.isOk()) {
     shell->initState.store(0, std::memory_order_release);
   } else {

@@ -1,5 +1,7 @@
 #include "core/channel_workers.h"
 
+#include "base/no_throw.h"
+
 namespace plait {
 
 ChannelWorkers::ChannelWorkers(int count) : results_(count + 1) {
@@ -27,7 +29,7 @@ void ChannelWorkers::loop(int index) {
       if (index >= activeChannels_) continue;
       job = job_;
     }
-    Status s = (*job)(index);
+    Status s = noThrow([&] { return (*job)(index); });
     {
       std::lock_guard<std::mutex> lock(mu_);
       results_[index] = std::move(s);

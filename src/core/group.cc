@@ -1,8 +1,8 @@
 #include "core/group.h"
 
-#include <exception>
-#include <new>
 #include <thread>
+
+#include "base/no_throw.h"
 
 namespace plait::group {
 namespace {
@@ -27,18 +27,6 @@ const std::vector<PendingOp>& pending() { return tls.ops; }
 void enqueue(ncclComm_t comm, const Task& task) { tls.ops.push_back(PendingOp{comm, task}); }
 
 void deferInit(std::function<Status()> init) { tls.inits.push_back(std::move(init)); }
-
-Status noThrow(const std::function<Status()>& body) {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return Status(Code::kSystemError, "out of memory (std::bad_alloc)");
-  } catch (const std::exception& e) {
-    return Status(Code::kInternalError, std::string("unexpected C++ exception: ") + e.what());
-  } catch (...) {
-    return Status(Code::kInternalError, "unexpected exception of unknown type");
-  }
-}
 
 namespace {
 Status runInits(std::vector<std::function<Status()>>& inits) {

@@ -46,8 +46,4 @@ void recordError(const Status& status);
 const std::vector<PendingOp>& pending();
 int depth();
 
-// Runs `body`, turning an exception it throws into an error Status (threads
-// the library starts must not let one escape: that is std::terminate).
-Status noThrow(const std::function<Status()>& body);
-
 }  // namespace plait::group

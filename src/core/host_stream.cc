@@ -3,6 +3,7 @@
 #include <chrono>
 #include <unordered_set>
 
+#include "base/no_throw.h"
 #include "core/comm.h"
 
 namespace plait {
@@ -62,7 +63,7 @@ void HostStream::loop() {
     queue_.pop_front();
     running_ = true;
     lock.unlock();
-    Status s = work();
+    Status s = noThrow(work);
     lock.lock();
     running_ = false;
     if (!s.isOk() && firstError_.isOk()) firstError_ = std::move(s);
