@@ -170,23 +170,19 @@ PLAIT_API(ncclResult_t, CommInitAll, (ncclComm_t * comms, int ndev, const int* d
   if (ndev < 1) return fail(plait::invalidArgument("ndev is " + std::to_string(ndev) + "; must be ≥ 1"), call);
   ncclUniqueId id;
   if (ncclResult_t r = pncclGetUniqueId(&id); r != ncclSuccess) return r;
-  std::vector<ncclResult_t> results(ndev, ncclSuccess);
-  std::vector<std::string> errors(ndev);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < ndev; ++i)
-    threads.emplace_back([&, i] {
-      results[i] = initRank(&comms[i], ndev, id, i, nullptr, call);
-      if (results[i] != ncclSuccess) errors[i] = plait::api::lastError();
-    });
-  for (auto& t : threads) t.join();
+  for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
+  const std::vector<Status> results = plait::runConcurrently(static_cast<size_t>(ndev), [&](size_t i) {
+    if (initRank(&comms[i], ndev, id, static_cast<int>(i), nullptr, call) == ncclSuccess) return Status::ok();
+    return plait::Status(plait::Code::kInvalidUsage, plait::api::lastError());
+  });
   for (int i = 0; i < ndev; ++i) {
-    if (results[i] == ncclSuccess) continue;
+    if (results[i].isOk()) continue;
     for (int j = 0; j < ndev; ++j)
       if (comms[j]) {
         retire(comms[j], true);
         comms[j] = nullptr;
       }
-    return fail(plait::Status(plait::Code::kInvalidUsage, "rank " + std::to_string(i) + ": " + errors[i]), call);
+    return fail(plait::Status(results[i].code(), "rank " + std::to_string(i) + ": " + results[i].message()), call);
   }
   (void)devlist;  // host ranks have no devices; the list only labels them
   return ncclSuccess;

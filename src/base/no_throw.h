@@ -8,6 +8,8 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "plait/status.hpp"
 
@@ -34,6 +36,29 @@ Status noThrow(Body&& body) {
   } catch (...) {
     return statusFromCurrentException();
   }
+}
+
+// Runs body(i) for every i in [0, n) at the same time: i = 0 on the calling
+// thread, the others on new threads, and joins them. Returns each body's
+// Status. A thread that cannot be started (std::system_error: no memory, or
+// the process's thread limit) leaves its body unrun with an error Status, and
+// the bodies already running are still joined: an unjoined std::thread is
+// std::terminate.
+template <class Body>
+std::vector<Status> runConcurrently(size_t n, Body body) {
+  std::vector<Status> results(n);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (size_t i = 1; i < n; ++i) {
+    try {
+      threads.emplace_back([&results, &body, i] { results[i] = noThrow([&] { return body(i); }); });
+    } catch (...) {
+      results[i] = statusFromCurrentException().withContext("starting a thread");
+    }
+  }
+  if (n > 0) results[0] = noThrow([&] { return body(size_t{0}); });
+  for (auto& t : threads) t.join();
+  return results;
 }
 
 }  // namespace plait

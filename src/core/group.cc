@@ -30,10 +30,7 @@ void deferInit(std::function<Status()> init) { tls.inits.push_back(std::move(ini
 
 namespace {
 Status runInits(std::vector<std::function<Status()>>& inits) {
-  std::vector<Status> results(inits.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < inits.size(); ++i) threads.emplace_back([&, i] { results[i] = noThrow(inits[i]); });
-  for (auto& t : threads) t.join();
+  const std::vector<Status> results = runConcurrently(inits.size(), [&](size_t i) { return inits[i](); });
   for (auto& r : results)
     if (!r.isOk()) return r;
   return Status::ok();
@@ -72,12 +69,7 @@ Status end(const std::function<Status(ncclComm_t, std::vector<Task>&)>& run) {
     tasks[i].push_back(op.task);
   }
   if (comms.empty()) return Status::ok();
-  std::vector<Status> results(comms.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < comms.size(); ++i)
-    threads.emplace_back([&, i] { results[i] = noThrow([&] { return run(comms[i], tasks[i]); }); });
-  results[0] = noThrow([&] { return run(comms[0], tasks[0]); });
-  for (auto& t : threads) t.join();
+  const std::vector<Status> results = runConcurrently(comms.size(), [&](size_t i) { return run(comms[i], tasks[i]); });
   for (auto& r : results)
     if (!r.isOk()) return r;
   return Status::ok();
