@@ -109,7 +109,10 @@ TEST_CASE("out-of-range FIFO settings are init errors naming the variable", "[fi
 
 TEST_CASE("valid FIFO settings still initialise", "[fifo]") {
   ScopedEnv env("PLAIT_SHM_STEP_BYTES", "64K");
-  for (const Status& s : initAll(2)) CHECK(s.isOk());
+  for (const Status& s : initAll(2)) {
+    INFO(s.toString());
+    CHECK(s.isOk());
+  }
 }
 
 TEST_CASE("the shared-memory transport refuses FIFO shapes that differ between ranks", "[fifo]") {

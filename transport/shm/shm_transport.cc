@@ -1,5 +1,8 @@
 #include "transport/shm/shm_transport.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -97,10 +100,14 @@ Result<std::unique_ptr<ShmTransport>> ShmTransport::connect(OobExchange& oob, co
                           " to a rank on another host (" + std::to_string(prev) + " or " + std::to_string(next) +
                           ") and no network connector was given for it");
   }
+  cleanupStaleSegments();  // segments of crashed jobs (creators of this pid namespace that are gone)
   auto seg = SharedSegment::create(t->segmentBytes());
   if (!seg.isOk()) return seg.takeStatus();
   t->own_.emplace(std::move(seg).value());
-  PLAIT_RETURN_IF_ERROR(t->mapPeers(oob, deadline));
+  if (Status s = t->mapPeers(oob, deadline); !s.isOk()) {
+    t->reclaimDeadPeers(s);
+    return s;
+  }
   PLAIT_INFO(kShm, "shm transport: %d channel(s) of %d x %zu KiB ring steps, mesh to %zu local peers, %zu KiB segment",
              options.nChannels, options.ring.nSteps, options.ring.stepBytes >> 10, options.localRanks.size() - 1,
              t->segmentBytes() >> 10);
@@ -180,7 +187,30 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
     p2pRecvAt_[peer] = p2pRecv_[peer] ? p2pRecv_[peer].get() : remoteAt(options_.remoteP2pRecv, peer);
   }
   PLAIT_RETURN_IF_ERROR(oob.barrier(deadline));
+  // Everybody has mapped everything: no name is needed any more. Peers'
+  // names are unlinked here too (ENOENT is fine), so a peer that dies
+  // between the barrier and its own unlink leaves nothing behind.
+  for (SharedSegment& peer : peerSegments_) (void)peer.unlink();
   return own_->unlink();
+}
+
+// A connect failed (this rank's own segment is unlinked by its destructor):
+// when a local peer died during the exchange, its segment is still linked
+// and nobody else will remove it. Its pid came from the bootstrap; a killed
+// process may take a moment to exit, so a remote error (a peer died or
+// timed out) waits for that up to 100 ms.
+void ShmTransport::reclaimDeadPeers(const Status& failure) {
+  std::vector<int> left;
+  for (int peer : options_.localRanks)
+    if (peer != rank_ && peer < static_cast<int>(options_.pids.size()) && options_.pids[peer] > 0)
+      left.push_back(options_.pids[peer]);
+  const Deadline until = Deadline::afterMs(failure.code() == Code::kRemoteError ? 100 : 0);
+  for (;;) {
+    left.erase(std::remove_if(left.begin(), left.end(), [](int pid) { return cleanupSegmentsOf(pid) > 0; }),
+               left.end());
+    if (left.empty() || until.expired()) break;
+    usleep(5000);
+  }
 }
 
 // Aborts the connectors this transport owns (the network's abort themselves).
