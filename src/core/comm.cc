@@ -70,9 +70,11 @@ Result<bool> probeCma(Bootstrap& b, const std::vector<int>& localRanks, Deadline
   int32_t ok = mine.ok;
   for (int r : localRanks) {
     uint64_t seen = 0;
-    if (r != b.rank() && ok && (cmaRead(all[r].pid, &seen, all[r].addr, sizeof(seen)) != 0 || seen != all[r].value)) {
-      PLAIT_INFO(kInit, "cross-memory attach to rank %d (pid %d) is not permitted: point-to-point goes through FIFOs",
-                 r, all[r].pid);
+    if (r == b.rank() || !ok) continue;
+    if (int err = cmaRead(all[r].pid, &seen, all[r].addr, sizeof(seen)); err != 0 || seen != all[r].value) {
+      // Ranks that are threads of one process share a pid: cmaRead refuses it.
+      PLAIT_INFO(kInit, "cross-memory attach to rank %d (pid %d) is not used (%s): point-to-point goes through FIFOs",
+                 r, all[r].pid, err ? cmaErrorText(all[r].pid, err).c_str() : "probe value differs");
       ok = 0;
     }
   }
