@@ -104,6 +104,9 @@ void NetConnector::progressSend(const PlaitNetV8& net, bool* moved) {
   while (posted_ < tail) {
     const int slot = static_cast<int>(posted_ % n);
     const uint64_t word = ctrl_->stepBytes[slot];
+    if ((word & kPayloadMask) > shape_.stepBytes)  // never send past the step buffer
+      return failWith("this rank posted a step of " + std::to_string(word & kPayloadMask) + " bytes, more than the " +
+                      std::to_string(shape_.stepBytes) + "-byte step size");
     if (partsPosted_ == 0) {
       int rc = net.isend(comm_, step(slot), static_cast<int>(word & kPayloadMask), tag_, mhandle_, &requests_[slot][0]);
       if (rc != 0) return fail(rc);
