@@ -61,15 +61,31 @@ struct alignas(64) FifoControl {
 };
 static_assert(sizeof(FifoControl) <= kFifoControlBytes);
 
+// Largest step buffer: 1 GiB keeps totalBytes() far from overflowing and the
+// step size within the network API's int sizes.
+constexpr size_t kMaxFifoStepBytes = size_t(1) << 30;
+
+// A step's size word: the payload bytes in the low 48 bits, protocol flags
+// above them. Only core/p2p.cc sets flags: kStepLast ends a message, and
+// kStepRendezvous marks a single-copy descriptor, which only a local peer
+// whose connection agreed on cross-memory attach may send (never over a
+// network: the proxy refuses any word with it).
+constexpr uint64_t kStepPayloadMask = (uint64_t(1) << 48) - 1;
+constexpr uint64_t kStepLast = uint64_t(1) << 63;
+constexpr uint64_t kStepRendezvous = uint64_t(1) << 62;
+
 // The shape both ends agree on (exchanged at connection time).
 struct FifoShape {
   int nSteps = 8;        // in [1, kMaxFifoSteps]
-  size_t stepBytes = 0;  // capacity of each step buffer; a positive multiple of 64
+  size_t stepBytes = 0;  // capacity of each step buffer; a multiple of 64 in [64, kMaxFifoStepBytes]
 
   PLAIT_HOST_DEVICE bool valid() const {
-    return nSteps >= 1 && nSteps <= kMaxFifoSteps && stepBytes > 0 && stepBytes % 64 == 0;
+    return nSteps >= 1 && nSteps <= kMaxFifoSteps && stepBytes > 0 && stepBytes <= kMaxFifoStepBytes &&
+           stepBytes % 64 == 0;
   }
-  // Bytes of FIFO memory: the control page plus the step buffers, rounded up to 4 KiB.
+  bool operator==(const FifoShape&) const = default;
+  // Bytes of FIFO memory: the control page plus the step buffers, rounded up
+  // to 4 KiB. Only for a valid() shape (then it cannot overflow).
   PLAIT_HOST_DEVICE size_t totalBytes() const {
     size_t bytes = kFifoControlBytes + static_cast<size_t>(nSteps) * stepBytes;
     return (bytes + 4095) & ~size_t(4095);

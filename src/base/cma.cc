@@ -4,16 +4,19 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <random>
 
 namespace plait {
 
 int cmaRead(int pid, void* dst, uint64_t remote, size_t bytes) {
-  if (pid == static_cast<int>(getpid())) {  // not cached: a forked child has a new pid
-    std::memcpy(dst, reinterpret_cast<const void*>(remote), bytes);
-    return 0;
-  }
+  // The pid and address come from a peer: never read this process itself
+  // (that would be a plain memcpy from any address the peer names), and
+  // refuse ranges that wrap around or start at the null page.
+  if (pid <= 0 || pid == static_cast<int>(getpid())) return EINVAL;  // getpid not cached: forked ranks
+  if (bytes == 0) return 0;
+  if (remote < 4096 || remote + bytes < remote || bytes > static_cast<size_t>(SSIZE_MAX)) return EFAULT;
   char* out = static_cast<char*>(dst);
   while (bytes > 0) {
     iovec local{out, bytes};
@@ -37,6 +40,9 @@ const uint64_t* cmaProbeWord() {
 }
 
 std::string cmaErrorText(int pid, int err) {
+  if (err == EINVAL && (pid <= 0 || pid == static_cast<int>(getpid())))
+    return "cross-memory read from pid " + std::to_string(pid) + " refused: " +
+           (pid <= 0 ? "not a process id" : "that is this process itself");
   return "process_vm_readv from pid " + std::to_string(pid) + " failed: " + std::strerror(err);
 }
 

@@ -13,9 +13,13 @@
 
 namespace plait {
 
-// Copies `bytes` from address `remote` of process `pid` to `dst`. A pid equal
-// to this process's copies with memcpy. Returns 0, or the errno of the
-// failed system call (or EFAULT for a short read that makes no progress).
+// Copies `bytes` from address `remote` of process `pid` to `dst`. Returns 0,
+// or the errno of the failed system call (EFAULT for a short read that makes
+// no progress). Arguments may come from a peer, so some are refused without
+// any read: EINVAL for a pid that is not positive or is this process's own
+// (reading oneself at a peer-chosen address is never wanted; ranks that are
+// threads of one process do not use this path), EFAULT for an address in the
+// first page or a range that wraps around.
 int cmaRead(int pid, void* dst, uint64_t remote, size_t bytes);
 
 // A word with a per-process random value, for peers to read in a probe.

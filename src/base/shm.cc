@@ -22,6 +22,62 @@ namespace {
 constexpr const char* kPrefix = "plait-";
 constexpr const char* kShmDir = "/dev/shm";
 
+// This process's pid namespace, as the inode of /proc/self/ns/pid ("0" when
+// unreadable). Segment names carry it: a pid means something only inside its
+// own namespace, so only segments created in ours are judged by pid.
+const std::string& pidNamespace() {
+  static const std::string ns = [] {
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? std::to_string(static_cast<unsigned long long>(st.st_ino))
+                                               : std::string("0");
+  }();
+  return ns;
+}
+
+// Whether `pid` has exited: no such process, or a zombie (it will never
+// unlink anything again; its parent just has not reaped it yet).
+bool processGone(long pid) {
+  if (kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  char buf[512] = {};
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* paren = std::strrchr(buf, ')');  // the command name may hold spaces and ')'
+  if (n == 0 || paren == nullptr || paren[1] != ' ') return false;
+  return paren[2] == 'Z' || paren[2] == 'X';
+}
+
+// Removes /dev/shm/plait-<pid>-<our pid namespace>-* of creators that have
+// exited; only `onlyPid`'s when it is positive.
+int removeStale(long onlyPid) {
+  DIR* dir = opendir(kShmDir);
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  const size_t prefixLen = std::strlen(kPrefix);
+  const std::string ns = "-" + pidNamespace() + "-";
+  while (dirent* entry = readdir(dir)) {
+    const char* n = entry->d_name;
+    if (std::strncmp(n, kPrefix, prefixLen) != 0) continue;
+    char* end = nullptr;
+    long pid = std::strtol(n + prefixLen, &end, 10);
+    if (end == n + prefixLen || pid <= 0 || (onlyPid > 0 && pid != onlyPid)) continue;
+    if (std::strncmp(end, ns.c_str(), ns.size()) != 0) continue;  // another namespace (or an old name)
+    if (!processGone(pid)) continue;
+    std::string name = std::string("/") + n;
+    if (shm_unlink(name.c_str()) == 0) {
+      ++removed;
+      PLAIT_INFO(kShm, "removed stale shared-memory segment %s (pid %ld is gone)", name.c_str(), pid);
+    } else if (errno != ENOENT) {
+      PLAIT_INFO(kShm, "could not remove stale shared-memory segment %s: %s", name.c_str(), std::strerror(errno));
+    }
+  }
+  closedir(dir);
+  return removed;
+}
+
 std::string randomSuffix() {
   static thread_local std::mt19937_64 rng(std::random_device{}() ^ (uint64_t(getpid()) << 32) ^
                                           reinterpret_cast<uintptr_t>(&rng));
@@ -108,7 +164,7 @@ Result<SharedSegment> SharedSegment::create(size_t bytes, const CreateOptions& o
   std::string name;
   int fd = -1;
   for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
-    name = "/" + std::string(kPrefix) + std::to_string(getpid()) + "-" + randomSuffix();
+    name = "/" + std::string(kPrefix) + std::to_string(getpid()) + "-" + pidNamespace() + "-" + randomSuffix();
     fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0 && errno != EEXIST) return segmentError("shm_open (create)", name);
   }
@@ -149,37 +205,15 @@ Result<SharedSegment> SharedSegment::open(const std::string& name, size_t bytes)
 
 Status SharedSegment::unlink() {
   if (name_.empty()) return Status::ok();
-  bool creator = linked_;
   linked_ = false;
-  if (shm_unlink(name_.c_str()) != 0) {
-    if (errno == ENOENT && !creator) return Status::ok();
-    return segmentError("shm_unlink", name_);
-  }
+  // ENOENT: a peer that mapped it unlinked it first (ShmTransport lets every
+  // rank unlink every segment once all have mapped them).
+  if (shm_unlink(name_.c_str()) != 0 && errno != ENOENT) return segmentError("shm_unlink", name_);
   return Status::ok();
 }
 
-int cleanupStaleSegments() {
-  DIR* dir = opendir(kShmDir);
-  if (dir == nullptr) return 0;
-  int removed = 0;
-  size_t prefixLen = std::strlen(kPrefix);
-  while (dirent* entry = readdir(dir)) {
-    const char* n = entry->d_name;
-    if (std::strncmp(n, kPrefix, prefixLen) != 0) continue;
-    char* end = nullptr;
-    long pid = std::strtol(n + prefixLen, &end, 10);
-    if (end == n + prefixLen || *end != '-' || pid <= 0) continue;
-    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
-    std::string name = std::string("/") + n;
-    if (shm_unlink(name.c_str()) == 0) {
-      ++removed;
-      PLAIT_INFO(kShm, "removed stale shared-memory segment %s (pid %ld is gone)", name.c_str(), pid);
-    } else if (errno != ENOENT) {
-      PLAIT_INFO(kShm, "could not remove stale shared-memory segment %s: %s", name.c_str(), std::strerror(errno));
-    }
-  }
-  closedir(dir);
-  return removed;
-}
+int cleanupStaleSegments() { return removeStale(0); }
+
+int cleanupSegmentsOf(int pid) { return pid > 0 ? removeStale(pid) : 0; }
 
 }  // namespace plait

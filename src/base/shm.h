@@ -1,11 +1,12 @@
 // shm.h — POSIX shared-memory segments for ranks on one host.
 //
-// A segment is created by one process under a name `/plait-<pid>-<random>`
-// (visible as /dev/shm/plait-<pid>-<random>), its name is sent to the peers
-// out of band, and the peers open() it. The creator unlinks the name as soon
-// as every peer has mapped it, so nothing is left behind when a process dies
-// later; the mapping stays valid until each side unmaps it. Segments whose
-// creator died before unlinking are removed by cleanupStaleSegments().
+// A segment is created by one process under a name
+// `/plait-<pid>-<pidns>-<random>` (visible in /dev/shm; <pidns> is the inode
+// of the creator's /proc/self/ns/pid), its name is sent to the peers out of
+// band, and the peers open() it. The name is unlinked as soon as every peer
+// has mapped it, so nothing is left behind when a process dies later; the
+// mapping stays valid until each side unmaps it. Segments whose creator died
+// before that are removed by cleanupStaleSegments() / cleanupSegmentsOf().
 //
 // Pages are not touched at creation (first touch places them on the NUMA node
 // of the process that writes them first) unless CreateOptions::prefault asks.
@@ -50,7 +51,7 @@ class SharedSegment {
   // never unlinks the name in its destructor.
   static Result<SharedSegment> open(const std::string& name, size_t bytes);
 
-  // The name to pass to open(), with its leading '/': "/plait-1234-9f3a...".
+  // The name to pass to open(), with its leading '/': "/plait-1234-4026531836-9f3a...".
   const std::string& name() const { return name_; }
   void* data() const { return data_; }
   size_t size() const { return size_; }
@@ -59,8 +60,8 @@ class SharedSegment {
 
   // Removes the name so no further process can open it; existing mappings
   // stay valid. Idempotent on this object. From an opener, unlinks the name
-  // too (ENOENT, someone else unlinked it first, is success). Errors name the
-  // segment and errno.
+  // too. ENOENT (someone else unlinked it first) is success for both. Errors
+  // name the segment and errno.
   Status unlink();
 
  private:
@@ -74,13 +75,15 @@ class SharedSegment {
   bool linked_ = false;
 };
 
-// Removes /dev/shm/plait-<pid>-* whose <pid> no longer exists (a crashed
-// creator never unlinked them). Segments of live processes, including
-// zombies' that still answer kill(pid, 0), are kept. Returns how many were
-// removed. Best effort: errors are logged at INFO, not returned. Note that a
-// pid in another pid namespace sharing /dev/shm may look dead; call this only
-// where the processes sharing /dev/shm share the pid namespace (normal hosts
-// and containers with a private /dev/shm).
+// Removes /dev/shm/plait-<pid>-<pidns>-* whose <pid> has exited (no such
+// process, or a zombie) — a crashed creator never unlinked them. Only
+// segments created in this process's pid namespace are judged (elsewhere a
+// live pid may look dead); older names without a namespace are left alone.
+// Returns how many were removed. Best effort: errors are logged at INFO, not
+// returned. The shared-memory transport calls it at every connect, and
+// cleanupSegmentsOf() for its local peers when a connect fails.
 int cleanupStaleSegments();
+// The same for one creator pid only.
+int cleanupSegmentsOf(int pid);
 
 }  // namespace plait

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
+#include <type_traits>
 
 #include "base/cma.h"
 #include "base/config.h"
@@ -57,6 +59,7 @@ Result<bool> probeCma(Bootstrap& b, const std::vector<int>& localRanks, Deadline
     uint64_t addr;
     uint64_t value;
   };
+  static_assert(std::has_unique_object_representations_v<Probe>, "no padding goes over the bootstrap");
   std::vector<Probe> all(b.nranks());
   Probe& mine = all[b.rank()];
   mine.pid = static_cast<int32_t>(getpid());
@@ -67,9 +70,11 @@ Result<bool> probeCma(Bootstrap& b, const std::vector<int>& localRanks, Deadline
   int32_t ok = mine.ok;
   for (int r : localRanks) {
     uint64_t seen = 0;
-    if (r != b.rank() && ok && (cmaRead(all[r].pid, &seen, all[r].addr, sizeof(seen)) != 0 || seen != all[r].value)) {
-      PLAIT_INFO(kInit, "cross-memory attach to rank %d (pid %d) is not permitted: point-to-point goes through FIFOs",
-                 r, all[r].pid);
+    if (r == b.rank() || !ok) continue;
+    if (int err = cmaRead(all[r].pid, &seen, all[r].addr, sizeof(seen)); err != 0 || seen != all[r].value) {
+      // Ranks that are threads of one process share a pid: cmaRead refuses it.
+      PLAIT_INFO(kInit, "cross-memory attach to rank %d (pid %d) is not used (%s): point-to-point goes through FIFOs",
+                 r, all[r].pid, err ? cmaErrorText(all[r].pid, err).c_str() : "probe value differs");
       ok = 0;
     }
   }
@@ -78,6 +83,20 @@ Result<bool> probeCma(Bootstrap& b, const std::vector<int>& localRanks, Deadline
   for (int r : localRanks)
     if (!all[r].ok) return false;
   return true;
+}
+
+// A FIFO shape from its two tunables, checked on the 64-bit values before
+// any narrowing, so that -64 or 2^61 cannot wrap into a valid-looking size.
+Result<FifoShape> fifoShapeFrom(const config::IntParam& steps, const config::IntParam& bytes) {
+  const int64_t n = steps.get(), b = bytes.get();
+  if (n < 1 || n > kMaxFifoSteps)
+    return invalidArgument(std::string("PLAIT_") + steps.name() + "=" + std::to_string(n) +
+                           " is out of range: steps per FIFO must be in [1, " + std::to_string(kMaxFifoSteps) + "]");
+  if (b < 64 || static_cast<uint64_t>(b) > kMaxFifoStepBytes || b % 64 != 0)
+    return invalidArgument(std::string("PLAIT_") + bytes.name() + "=" + std::to_string(b) +
+                           " is out of range: bytes per FIFO step must be a multiple of 64 in [64, " +
+                           std::to_string(kMaxFifoStepBytes) + "]");
+  return FifoShape{static_cast<int>(n), static_cast<size_t>(b)};
 }
 
 int usableCores() {
@@ -142,11 +161,18 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   // Rings from the topology layer: ranks of a host contiguous (each host
   // boundary crossed once per direction), NUMA domains contiguous inside a
   // host, channels rotated so different ranks carry the inter-host traffic.
+  // RankPlacement has padding (after `rank`): every byte that goes over the
+  // bootstrap is zeroed first and only fields are written, so no stack or
+  // heap garbage reaches the peers (valgrind saw it; issue 11, item 11).
   std::vector<topo::RankPlacement> places(nranks_);
+  std::memset(static_cast<void*>(places.data()), 0, places.size() * sizeof(topo::RankPlacement));
   unsigned cpu = 0, node = 0;
   if (getcpu(&cpu, &node) != 0) cpu = node = 0;
-  places[rank_] = topo::RankPlacement{rank_, bootstrap_->peer(rank_).hostHash, static_cast<int>(node),
-                                      static_cast<int>(cpu)};
+  topo::RankPlacement& mine = places[rank_];
+  mine.rank = rank_;
+  mine.hostHash = bootstrap_->peer(rank_).hostHash;
+  mine.numaNode = static_cast<int>(node);
+  mine.cpu = static_cast<int>(cpu);
   PLAIT_RETURN_IF_ERROR(bootstrap_->allGather(places.data(), sizeof(topo::RankPlacement), deadline));
   PLAIT_ASSIGN_OR_RETURN(topo::CommGraphs graphs, topo::buildHostGraphs(places, nChannels));
   ringPositions_.assign(nChannels, 0);
@@ -162,17 +188,9 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
 
   ShmTransportOptions so;
   so.nChannels = nChannels;
-  so.ring = FifoShape{static_cast<int>(kRingSteps.get()), static_cast<size_t>(kRingStepBytes.get())};
-  so.mesh = FifoShape{static_cast<int>(kMeshSteps.get()), static_cast<size_t>(kMeshStepBytes.get())};
-  so.p2p = FifoShape{static_cast<int>(kP2pSteps.get()), static_cast<size_t>(kP2pStepBytes.get())};
-  if (!so.ring.valid() || !so.mesh.valid() || !so.p2p.valid())
-    return invalidArgument("PLAIT_SHM_STEPS / PLAIT_SHM_MESH_STEPS / PLAIT_SHM_P2P_STEPS must be in [1, " +
-                           std::to_string(kMaxFifoSteps) +
-                           "] and PLAIT_SHM_STEP_BYTES / PLAIT_SHM_MESH_STEP_BYTES / PLAIT_SHM_P2P_STEP_BYTES "
-                           "positive multiples of 64 (got " +
-                           std::to_string(so.ring.nSteps) + " x " + std::to_string(so.ring.stepBytes) + ", " +
-                           std::to_string(so.mesh.nSteps) + " x " + std::to_string(so.mesh.stepBytes) + " and " +
-                           std::to_string(so.p2p.nSteps) + " x " + std::to_string(so.p2p.stepBytes) + ")");
+  PLAIT_ASSIGN_OR_RETURN(so.ring, fifoShapeFrom(kRingSteps, kRingStepBytes));
+  PLAIT_ASSIGN_OR_RETURN(so.mesh, fifoShapeFrom(kMeshSteps, kMeshStepBytes));
+  PLAIT_ASSIGN_OR_RETURN(so.p2p, fifoShapeFrom(kP2pSteps, kP2pStepBytes));
   so.ringPrev = prevs;
   so.ringNext = nexts;
   for (int r = 0; r < nranks_; ++r) {

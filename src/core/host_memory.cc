@@ -1,6 +1,7 @@
 // host_memory.cc — memfd-backed allocations and their process-wide table.
 #include "core/host_memory.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -88,13 +89,19 @@ void* mapShared(int fd, size_t bytes) {
 
 namespace {
 
-// A memfd of `bytes`, mapped shared; fd -1 and MAP_FAILED on failure (errno set).
+// A memfd of `bytes`, mapped shared; fd -1 and MAP_FAILED on failure (errno
+// set). Its size is sealed: any process of our uid can open it through
+// /proc/<pid>/fd (uid is the trust boundary, docs/ARCHITECTURE.md), but none
+// can shrink it under our mapping (SIGBUS here) or grow it.
 void* mapMemfd(size_t bytes, int* fd) {
-  *fd = memfd_create("plait-mem", MFD_CLOEXEC);
+  *fd = memfd_create("plait-mem", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (*fd < 0) return MAP_FAILED;
   void* p = MAP_FAILED;
-  if (ftruncate(*fd, static_cast<off_t>(bytes)) == 0)
+  if (ftruncate(*fd, static_cast<off_t>(bytes)) == 0) {
+    if (fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+      PLAIT_INFO(kAlloc, "ncclMemAlloc: sealing the memfd's size failed (%s)", strerror(errno));
     p = mapShared(*fd, bytes);
+  }
   if (p == MAP_FAILED) {
     const int saved = errno;
     close(*fd);

@@ -27,8 +27,8 @@
 namespace plait {
 namespace {
 
-constexpr uint64_t kLastStep = uint64_t(1) << 63;    // in a step's size: the message ends here
-constexpr uint64_t kRendezvous = uint64_t(1) << 62;  // the step holds a RendezvousDescriptor
+constexpr uint64_t kLastStep = kStepLast;          // in a step's size: the message ends here
+constexpr uint64_t kRendezvous = kStepRendezvous;  // the step holds a RendezvousDescriptor
 constexpr size_t kCmaChunk = size_t(4) << 20;        // bytes read per pass, so other peers progress too
 
 PLAIT_PARAM_INT(kCmaMinBytes, "P2P_CMA_MIN_BYTES", 256 << 10,
@@ -38,6 +38,10 @@ PLAIT_PARAM_INT(kCmaMinBytes, "P2P_CMA_MIN_BYTES", 256 << 10,
 // Large messages between local processes: the sender posts where the data
 // is, the receiver copies it straight into its buffer (process_vm_readv)
 // and releases the step, which tells the sender its buffer is free again.
+// The receiver trusts a descriptor only from a local peer when cross-memory
+// attach was agreed at connection time, and reads from the pid the bootstrap
+// gave for that rank (the descriptor's pid must match it): a peer can make
+// this process read only that peer's own memory.
 struct RendezvousDescriptor {
   uint64_t bytes;
   uint64_t addr;
@@ -51,6 +55,7 @@ struct Message {
   char* dst = nullptr;        // receives
   size_t bytes = 0;
   size_t done = 0;
+  bool single = false;  // receives: a checked single-copy descriptor is being read
 };
 
 // Per peer, the sends and the receives in call order, and how far each got.
@@ -63,16 +68,22 @@ struct PeerQueues {
 class P2pBatch {
  public:
   // cma: local peers may read this process's memory (large messages go by rendezvous).
-  P2pBatch(ShmTransport& shm, int rank, int nranks, bool cma)
-      : shm_(shm), rank_(rank), peers_(nranks), cmaMin_(cma ? static_cast<size_t>(kCmaMinBytes.get()) : 0) {}
+  // pids: every rank's process id as the bootstrap reported it at connection time.
+  P2pBatch(ShmTransport& shm, int rank, int nranks, bool cma, const std::vector<int>& pids)
+      : shm_(shm),
+        rank_(rank),
+        peers_(nranks),
+        pids_(pids),
+        cma_(cma),
+        cmaMin_(cma ? static_cast<size_t>(kCmaMinBytes.get()) : 0) {}
 
   void send(int peer, const void* src, size_t bytes) {
-    peers_[peer].sends.push_back(Message{peer, static_cast<const char*>(src), nullptr, bytes, 0});
+    peers_[peer].sends.push_back(Message{peer, static_cast<const char*>(src), nullptr, bytes, 0, false});
   }
   void recv(int peer, void* dst, size_t bytes) {
-    peers_[peer].recvs.push_back(Message{peer, nullptr, static_cast<char*>(dst), bytes, 0});
+    peers_[peer].recvs.push_back(Message{peer, nullptr, static_cast<char*>(dst), bytes, 0, false});
   }
-  Status run(const WaitContext& base, const std::vector<int>& pids);
+  Status run(const WaitContext& base);
 
  private:
   Status copySelf();
@@ -84,7 +95,8 @@ class P2pBatch {
   bool anyReady();
   bool acked(int peer);
   bool rendezvous(int peer, size_t bytes) const { return cmaMin_ > 0 && bytes >= cmaMin_ && shm_.isLocal(peer); }
-  Status readRendezvous(int peer, Message& m, const char* slot, bool* complete);
+  Status checkRendezvous(int peer, uint64_t word, const Message& m, const RendezvousDescriptor& d) const;
+  Status readRendezvous(int peer, Message& m, const char* slot, uint64_t word, bool* complete);
   bool finished();
   std::string pendingText() const;
 
@@ -92,6 +104,8 @@ class P2pBatch {
   int rank_;
   std::vector<PeerQueues> peers_;
   std::vector<std::vector<char>> staging_;  // copies of send buffers a receive overwrites
+  const std::vector<int>& pids_;  // per rank, fixed at connection time
+  bool cma_;       // cross-memory attach agreed between the local ranks
   size_t cmaMin_;  // 0: no rendezvous
 };
 
@@ -182,7 +196,7 @@ Status P2pBatch::pumpRecvs(PeerQueues& q, bool* moved) {
     }
     if (got & kRendezvous) {
       bool complete = false;
-      PLAIT_RETURN_IF_ERROR(readRendezvous(peer, m, slot, &complete));
+      PLAIT_RETURN_IF_ERROR(readRendezvous(peer, m, slot, got, &complete));
       *moved = true;
       if (!complete) return Status::ok();  // one chunk per pass: let other peers progress
       fifo->release();
@@ -206,17 +220,38 @@ Status P2pBatch::pumpRecvs(PeerQueues& q, bool* moved) {
   return Status::ok();
 }
 
-// Copies the next chunk of a rendezvous message; *complete once all is in.
-Status P2pBatch::readRendezvous(int peer, Message& m, const char* slot, bool* complete) {
-  RendezvousDescriptor d;
-  std::memcpy(&d, slot, sizeof(d));
+// Whether a single-copy descriptor may be acted on: only from a local peer
+// (its FIFO is in our shared memory, not a network connector's), only when
+// cross-memory attach was agreed, only as a whole one-step message, and only
+// naming the peer's own process. Anything else is the peer's fault.
+Status P2pBatch::checkRendezvous(int peer, uint64_t word, const Message& m, const RendezvousDescriptor& d) const {
+  auto refuse = [&](const std::string& why) {
+    return remoteError("rank " + std::to_string(peer) + " sent a single-copy descriptor that rank " +
+                       std::to_string(rank_) + " refuses: " + why);
+  };
+  if (!shm_.isLocal(peer)) return refuse("that rank is on another host");
+  if (!cma_) return refuse("cross-memory attach was not agreed at connection time");
+  if (word != (sizeof(RendezvousDescriptor) | kLastStep | kRendezvous) || m.done != 0)  // not mid-message
+    return refuse("malformed step (size word " + std::to_string(word & kStepPayloadMask) + ")");
+  if (peer >= static_cast<int>(pids_.size()) || pids_[peer] <= 0 || d.pid != pids_[peer])
+    return refuse("it names pid " + std::to_string(d.pid) + ", not that rank's process");
   if (d.bytes != m.bytes)
     return invalidUsage("rank " + std::to_string(peer) + " sent a message of " + std::to_string(d.bytes) +
                         " bytes where rank " + std::to_string(rank_) + " receives " + std::to_string(m.bytes) +
                         " (ncclSend and ncclRecv counts or types differ)");
+  return Status::ok();
+}
+
+// Copies the next chunk of a rendezvous message; *complete once all is in.
+Status P2pBatch::readRendezvous(int peer, Message& m, const char* slot, uint64_t word, bool* complete) {
+  RendezvousDescriptor d;
+  std::memcpy(&d, slot, sizeof(d));
+  if (!m.single) PLAIT_RETURN_IF_ERROR(checkRendezvous(peer, word, m, d));
+  m.single = true;
+  const int pid = pids_[peer];
   const size_t n = std::min(kCmaChunk, m.bytes - m.done);
-  if (int err = cmaRead(d.pid, m.dst + m.done, d.addr + m.done, n); err != 0)
-    return remoteError("reading rank " + std::to_string(peer) + "'s send buffer: " + cmaErrorText(d.pid, err));
+  if (int err = cmaRead(pid, m.dst + m.done, d.addr + m.done, n); err != 0)
+    return remoteError("reading rank " + std::to_string(peer) + "'s send buffer: " + cmaErrorText(pid, err));
   m.done += n;
   *complete = m.done == m.bytes;
   return Status::ok();
@@ -278,7 +313,8 @@ std::string P2pBatch::pendingText() const {
 // pending FIFO's word (so that peer's next step wakes it at once; others are
 // seen within a 1 ms sleep slice), in bounded waits so every pending peer's
 // liveness is checked and the deadline counts from the last progress.
-Status P2pBatch::run(const WaitContext& base, const std::vector<int>& pids) {
+Status P2pBatch::run(const WaitContext& base) {
+  const std::vector<int>& pids = pids_;
   PLAIT_RETURN_IF_ERROR(checkPeers());
   stageOverlappingSends();
   PLAIT_RETURN_IF_ERROR(copySelf());
@@ -344,7 +380,7 @@ Status P2pBatch::run(const WaitContext& base, const std::vector<int>& pids) {
 
 // Expands every task into messages of one batch and runs it.
 Status Communicator::runP2p(const std::vector<Task>& tasks) {
-  P2pBatch batch(*shm_, rank_, nranks_, cma_);
+  P2pBatch batch(*shm_, rank_, nranks_, cma_, pids_);
   for (const Task& t : tasks) {
     if (t.peer >= nranks_ && (t.coll == CollType::kSend || t.coll == CollType::kRecv))
       return invalidArgument("peer " + std::to_string(t.peer) + " is not a rank of this communicator");
@@ -378,7 +414,7 @@ Status Communicator::runP2p(const std::vector<Task>& tasks) {
   base.abortFlag = &abortFlag_;
   base.waitTimeoutMs = timeoutMs_;
   base.oversubscribed = oversubscribed_;
-  return batch.run(base, pids_);
+  return batch.run(base);
 }
 
 }  // namespace plait

@@ -203,6 +203,7 @@ TEST_CASE("net transport: ring and point-to-point FIFOs between two ranks over t
   }
   size_t n = 0;
   auto p = t[1]->p2pRecv(0)->acquire(&n);
+  INFO(p.status().message());
   REQUIRE(p.isOk());
   CHECK(n == (5 | (uint64_t(1) << 63)));
   CHECK(std::memcmp(p.value(), "hello", 5) == 0);
@@ -217,6 +218,53 @@ TEST_CASE("net transport: ring and point-to-point FIFOs between two ranks over t
   CHECK(fail.status().code() == Code::kRemoteError);
   CHECK_THAT(fail.status().message(), Catch::Contains("rank 0: connection to 127.0.0.1:") &&
                                           Catch::Contains("closed by the peer during ring receive"));
+  t[0].reset();
+  t[1].reset();
+}
+
+// Regression (issue 11, item 2): a network peer forges the size word of a
+// point-to-point step. Before the fix the proxy copied it unchanged into the
+// receiver's FIFO, and core/p2p.cc acted on the single-copy flag (bit 62) by
+// reading a peer-chosen address of a peer-chosen pid — its own pid made it a
+// memcpy from any address. Now the receiving proxy refuses any word with a
+// flag other than "last step", and the receive fails naming the sender.
+TEST_CASE("net transport: a forged step size word fails the receive naming the sender", "[net]") {
+  loopbackSocketNet();
+  const uint64_t forged = GENERATE(uint64_t(24) | kStepLast | kStepRendezvous,  // single-copy descriptor
+                                   uint64_t(64) | (uint64_t(1) << 55));          // an unknown flag
+  ThreadOob::Shared shared;
+  std::atomic<uint32_t> abortFlags[2] = {0, 0};
+  std::unique_ptr<NetTransport> t[2];
+  std::thread threads[2];
+  for (int r = 0; r < 2; ++r)
+    threads[r] = std::thread([&, r] {
+      ThreadOob oob(shared, r);
+      auto res = NetTransport::connect(oob, twoRankOptions(r, &abortFlags[r]), Deadline::afterMs(10000));
+      if (res.isOk()) t[r] = std::move(res).value();
+    });
+  for (auto& th : threads) th.join();
+  REQUIRE(t[0] != nullptr);
+  REQUIRE(t[1] != nullptr);
+
+  // What a hostile sender writes: a descriptor naming the receiver's own
+  // process and a low address (0x10 crashed the receiver before the fix).
+  struct {
+    uint64_t bytes, addr;
+    int32_t pid, reserved;
+  } descriptor{4096, 0x10, static_cast<int32_t>(getpid()), 0};
+  FifoSender* p = t[0]->p2pSend(1);
+  auto buf = p->acquire();
+  REQUIRE(buf.isOk());
+  std::memcpy(buf.value(), &descriptor, sizeof descriptor);
+  p->post(forged);
+
+  size_t n = 0;
+  auto got = t[1]->p2pRecv(0)->acquire(&n);
+  INFO("word " << forged << " delivered as " << n);
+  REQUIRE_FALSE(got.isOk());
+  CHECK(got.status().code() == Code::kRemoteError);
+  CHECK_THAT(got.status().message(), Catch::Contains("rank 0: sent an invalid step size word") &&
+                                         Catch::Contains("point-to-point receive"));
   t[0].reset();
   t[1].reset();
 }

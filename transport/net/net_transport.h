@@ -86,6 +86,10 @@ class NetConnector {
   // Tests both parts of the oldest step; true when both completed.
   bool testStep(const PlaitNetV8& net, int slot, int* size);
   void fail(int code);
+  void failWith(std::string why);  // marks the schedule's end failed with `why`
+  // Receive side: the FIFO size word for a completed step of `size` bytes;
+  // false (and the connector failed) when the peer sent an invalid one.
+  bool checkedWord(int slot, int size, uint64_t* word);
   char* step(int slot) const { return data_ + static_cast<size_t>(slot) * shape_.stepBytes; }
 
   struct FreeDeleter {
@@ -109,6 +113,7 @@ class NetConnector {
   int partsPosted_ = 0;  // messages of step posted_ already posted
   uint64_t done_ = 0;    // steps completed (sender: released to the schedule; receiver: posted to it)
   void* requests_[kMaxFifoSteps][2] = {};
+  int sizes_[kMaxFifoSteps] = {};  // receive: the payload bytes of each step's completed first part
   std::string failure_;
   std::atomic<bool> failed_{false};
 };

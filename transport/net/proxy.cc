@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "base/clock.h"
@@ -15,8 +16,12 @@ namespace plait {
 namespace {
 
 // The low bits of a step's size word are the payload bytes; higher bits are
-// flags the schedule's protocol may set (core/p2p.cc uses bit 63).
-constexpr uint64_t kPayloadMask = (uint64_t(1) << 48) - 1;
+// flags the schedule's protocol may set (transport/fifo.h). Over a network
+// only kStepLast may arrive: a single-copy descriptor names memory of a
+// process on the sender's host, which means nothing here (and, with a pid
+// of this host, would make this process read memory it was never offered).
+constexpr uint64_t kPayloadMask = kStepPayloadMask;
+constexpr uint64_t kNetFlags = kStepLast;
 // Where the trailer words live inside the control page (after FifoControl).
 constexpr size_t kWordsOffset = 2048;
 static_assert(sizeof(FifoControl) <= kWordsOffset && kWordsOffset + 8 * kMaxFifoSteps <= kFifoControlBytes);
@@ -61,8 +66,13 @@ void NetConnector::abortFront() {
 // The proxy is the other end of the schedule's FIFO: it marks that end
 // aborted, with the network's reason for the schedule's error message.
 void NetConnector::fail(int code) {
-  failure_ = takeNetError();
-  if (failure_.empty()) failure_ = "network error " + std::to_string(code);
+  std::string why = takeNetError();
+  if (why.empty()) why = "network error " + std::to_string(code);
+  failWith(std::move(why));
+}
+
+void NetConnector::failWith(std::string why) {
+  failure_ = std::move(why);
   ctx_.peerFailure = failure_.c_str();
   AtomicRef<uint32_t>(sending_ ? ctrl_->receiverAborted : ctrl_->senderAborted).store(1, mo::release);
   wake(detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers);
@@ -82,8 +92,9 @@ bool NetConnector::testStep(const PlaitNetV8& net, int slot, int* size) {
     }
     if (!done) return false;
     req = nullptr;
-    if (part == 0) *size = got;
+    if (part == 0) sizes_[slot] = got;  // the trailer may complete in a later call
   }
+  *size = sizes_[slot];
   return true;
 }
 
@@ -93,6 +104,9 @@ void NetConnector::progressSend(const PlaitNetV8& net, bool* moved) {
   while (posted_ < tail) {
     const int slot = static_cast<int>(posted_ % n);
     const uint64_t word = ctrl_->stepBytes[slot];
+    if ((word & kPayloadMask) > shape_.stepBytes)  // never send past the step buffer
+      return failWith("this rank posted a step of " + std::to_string(word & kPayloadMask) + " bytes, more than the " +
+                      std::to_string(shape_.stepBytes) + "-byte step size");
     if (partsPosted_ == 0) {
       int rc = net.isend(comm_, step(slot), static_cast<int>(word & kPayloadMask), tag_, mhandle_, &requests_[slot][0]);
       if (rc != 0) return fail(rc);
@@ -146,11 +160,40 @@ void NetConnector::progressRecv(const PlaitNetV8& net, bool* moved) {
     const int slot = static_cast<int>(done_ % n);
     int size = 0;
     if (!testStep(net, slot, &size)) return;
-    ctrl_->stepBytes[slot] = trailer_ ? words_[slot] : static_cast<uint64_t>(size);
+    uint64_t word = 0;
+    if (!checkedWord(slot, size, &word)) return;
+    ctrl_->stepBytes[slot] = word;
     AtomicRef<uint64_t>(ctrl_->tail).store(++done_, mo::release);
     wake(detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers);
     *moved = true;
   }
+}
+
+// The size word of a received step, checked: what came over the network is
+// never trusted. The payload must be what arrived (at most one step) and the
+// only flag a network peer may set is kStepLast. A bad word fails the
+// connector, naming the peer and the word, so the schedule's receive returns
+// kRemoteError instead of acting on it.
+bool NetConnector::checkedWord(int slot, int size, uint64_t* word) {
+  if (size < 0 || static_cast<uint64_t>(size) > shape_.stepBytes) {
+    failWith("received a step of " + std::to_string(size) + " bytes, more than the " +
+             std::to_string(shape_.stepBytes) + "-byte step size");
+    return false;
+  }
+  if (!trailer_) {
+    *word = static_cast<uint64_t>(size);
+    return true;
+  }
+  const uint64_t w = words_[slot];
+  if ((w & ~(kPayloadMask | kNetFlags)) != 0 || (w & kPayloadMask) != static_cast<uint64_t>(size)) {
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "0x%016llx", static_cast<unsigned long long>(w));
+    failWith(std::string("sent an invalid step size word ") + hex + " for a step of " + std::to_string(size) +
+             " bytes (only the payload size and the last-step flag may cross a network)");
+    return false;
+  }
+  *word = w;
+  return true;
 }
 
 bool NetConnector::drained() const {

@@ -329,7 +329,8 @@ int sockListen(int dev, void* handleBytes, void** listenComm) {
   l->id = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
   l->nStreams = streamsPerConnection();
   std::fill(std::begin(l->fds), std::end(l->fds), -1);
-  Handle h{};
+  Handle h;
+  std::memset(static_cast<void*>(&h), 0, sizeof h);  // padding travels to the peer too: zero it
   h.magic = kHelloMagic;
   h.id = l->id;
   h.addr = net::SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);

@@ -1,7 +1,11 @@
 #include "transport/shm/shm_transport.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "base/log.h"
 
@@ -11,6 +15,34 @@ namespace {
 constexpr size_t kNameBytes = 64;
 
 size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+// Each rank's part of the connection exchange: its segment's name and the
+// FIFO shapes it sized the segment with. Every byte is a named field (no
+// padding goes over the bootstrap).
+struct PeerInfo {
+  char name[kNameBytes];
+  int64_t ring[2], mesh[2], p2p[2];  // steps, bytes per step
+};
+static_assert(std::has_unique_object_representations_v<PeerInfo>);
+
+std::string shapeText(const int64_t (&s)[2]) { return std::to_string(s[0]) + " x " + std::to_string(s[1]); }
+
+// Ring and point-to-point FIFOs must have one shape on every rank (their
+// senders write into the receiver's memory, network proxies relay whole
+// steps); mesh FIFOs only between ranks of one host.
+Status compareShapes(const PeerInfo& mine, int me, const PeerInfo& theirs, int peer, bool local) {
+  auto same = [](const int64_t (&a)[2], const int64_t (&b)[2]) { return a[0] == b[0] && a[1] == b[1]; };
+  if (same(mine.ring, theirs.ring) && same(mine.p2p, theirs.p2p) && (!local || same(mine.mesh, theirs.mesh)))
+    return Status::ok();
+  auto text = [local](const PeerInfo& i) {
+    return "ring " + shapeText(i.ring) + (local ? ", mesh " + shapeText(i.mesh) : std::string()) +
+           ", point-to-point " + shapeText(i.p2p);
+  };
+  return invalidUsage("FIFO shapes (steps x bytes) differ: rank " + std::to_string(peer) + " uses " + text(theirs) +
+                      " where rank " + std::to_string(me) + " uses " + text(mine) +
+                      "; set PLAIT_SHM_STEPS, PLAIT_SHM_STEP_BYTES, PLAIT_SHM_MESH_STEPS, PLAIT_SHM_MESH_STEP_BYTES, "
+                      "PLAIT_SHM_P2P_STEPS and PLAIT_SHM_P2P_STEP_BYTES alike on every rank");
+}
 
 }  // namespace
 
@@ -50,6 +82,9 @@ WaitContext* ShmTransport::newContext(int peer, const char* what) {
 
 Result<std::unique_ptr<ShmTransport>> ShmTransport::connect(OobExchange& oob, const ShmTransportOptions& options,
                                                             Deadline deadline) {
+  if (!options.ring.valid() || !options.mesh.valid() || !options.p2p.valid())
+    return invalidArgument("shared-memory FIFO shapes out of range (steps in [1, " + std::to_string(kMaxFifoSteps) +
+                           "], bytes per step a multiple of 64 in [64, " + std::to_string(kMaxFifoStepBytes) + "])");
   std::unique_ptr<ShmTransport> t(new ShmTransport());
   t->options_ = options;
   t->rank_ = oob.rank();
@@ -65,10 +100,14 @@ Result<std::unique_ptr<ShmTransport>> ShmTransport::connect(OobExchange& oob, co
                           " to a rank on another host (" + std::to_string(prev) + " or " + std::to_string(next) +
                           ") and no network connector was given for it");
   }
+  cleanupStaleSegments();  // segments of crashed jobs (creators of this pid namespace that are gone)
   auto seg = SharedSegment::create(t->segmentBytes());
   if (!seg.isOk()) return seg.takeStatus();
   t->own_.emplace(std::move(seg).value());
-  PLAIT_RETURN_IF_ERROR(t->mapPeers(oob, deadline));
+  if (Status s = t->mapPeers(oob, deadline); !s.isOk()) {
+    t->reclaimDeadPeers(s);
+    return s;
+  }
   PLAIT_INFO(kShm, "shm transport: %d channel(s) of %d x %zu KiB ring steps, mesh to %zu local peers, %zu KiB segment",
              options.nChannels, options.ring.nSteps, options.ring.stepBytes >> 10, options.localRanks.size() - 1,
              t->segmentBytes() >> 10);
@@ -79,15 +118,29 @@ Result<std::unique_ptr<ShmTransport>> ShmTransport::connect(OobExchange& oob, co
 // connectors, then unlinks its own segment once everybody has mapped it.
 Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
   const int nranks = oob.nranks();
-  std::vector<char> names(kNameBytes * nranks, 0);
-  std::strncpy(&names[kNameBytes * rank_], own_->name().c_str(), kNameBytes - 1);
-  PLAIT_RETURN_IF_ERROR(oob.allGather(names.data(), kNameBytes, deadline));
+  std::vector<PeerInfo> infos(nranks);
+  std::memset(infos.data(), 0, infos.size() * sizeof(PeerInfo));
+  PeerInfo& mine = infos[rank_];
+  std::strncpy(mine.name, own_->name().c_str(), kNameBytes - 1);
+  auto put = [](int64_t (&field)[2], const FifoShape& shape) {
+    field[0] = shape.nSteps;
+    field[1] = static_cast<int64_t>(shape.stepBytes);
+  };
+  put(mine.ring, options_.ring);
+  put(mine.mesh, options_.mesh);
+  put(mine.p2p, options_.p2p);
+  PLAIT_RETURN_IF_ERROR(oob.allGather(infos.data(), sizeof(PeerInfo), deadline));
+  for (int r = 0; r < nranks; ++r) {
+    if (r == rank_) continue;
+    infos[r].name[kNameBytes - 1] = '\0';
+    PLAIT_RETURN_IF_ERROR(compareShapes(mine, rank_, infos[r], r, localIndex_[r] >= 0));
+  }
 
   std::vector<void*> peerBase(nranks, nullptr);
   peerBase[rank_] = own_->data();
   for (int peer : options_.localRanks) {
     if (peer == rank_) continue;
-    auto seg = SharedSegment::open(std::string(&names[kNameBytes * peer]), segmentBytes());
+    auto seg = SharedSegment::open(std::string(infos[peer].name), segmentBytes());
     if (!seg.isOk()) return seg.takeStatus().withContext("mapping the shared segment of rank " + std::to_string(peer));
     peerSegments_.push_back(std::move(seg).value());
     peerBase[peer] = peerSegments_.back().data();
@@ -134,7 +187,30 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
     p2pRecvAt_[peer] = p2pRecv_[peer] ? p2pRecv_[peer].get() : remoteAt(options_.remoteP2pRecv, peer);
   }
   PLAIT_RETURN_IF_ERROR(oob.barrier(deadline));
+  // Everybody has mapped everything: no name is needed any more. Peers'
+  // names are unlinked here too (ENOENT is fine), so a peer that dies
+  // between the barrier and its own unlink leaves nothing behind.
+  for (SharedSegment& peer : peerSegments_) (void)peer.unlink();
   return own_->unlink();
+}
+
+// A connect failed (this rank's own segment is unlinked by its destructor):
+// when a local peer died during the exchange, its segment is still linked
+// and nobody else will remove it. Its pid came from the bootstrap; a killed
+// process may take a moment to exit, so a remote error (a peer died or
+// timed out) waits for that up to 100 ms.
+void ShmTransport::reclaimDeadPeers(const Status& failure) {
+  std::vector<int> left;
+  for (int peer : options_.localRanks)
+    if (peer != rank_ && peer < static_cast<int>(options_.pids.size()) && options_.pids[peer] > 0)
+      left.push_back(options_.pids[peer]);
+  const Deadline until = Deadline::afterMs(failure.code() == Code::kRemoteError ? 100 : 0);
+  for (;;) {
+    left.erase(std::remove_if(left.begin(), left.end(), [](int pid) { return cleanupSegmentsOf(pid) > 0; }),
+               left.end());
+    if (left.empty() || until.expired()) break;
+    usleep(5000);
+  }
 }
 
 // Aborts the connectors this transport owns (the network's abort themselves).

@@ -10,7 +10,9 @@
 // per other local rank. Senders
 // map their receivers' segments, so payloads are written into the memory of
 // the rank that reads them. Segments are unlinked as soon as every peer has
-// mapped them: a process that dies later leaks nothing.
+// mapped them: a process that dies later leaks nothing. One that dies before
+// leaves its segment linked: the survivors' failed connect removes it (by the
+// dead peer's pid), and every connect removes segments of dead creators.
 #pragma once
 
 #include <memory>
@@ -86,6 +88,7 @@ class ShmTransport {
   size_t p2pOffset(int fromLocalIndex) const;
   size_t segmentBytes() const;
   Status mapPeers(OobExchange& oob, Deadline deadline);
+  void reclaimDeadPeers(const Status& failure);
   WaitContext* newContext(int peer, const char* what);
 
   ShmTransportOptions options_;

@@ -1,0 +1,145 @@
+// FIFO settings (issue 11, item 5). Before the fix PLAIT_SHM_STEP_BYTES=-64
+// was accepted (the size computation wrapped: AllReduce gave 3.0 for 2.0),
+// 2^61 crashed every rank, and ranks with different FIFO shapes connected
+// silently over shared memory (a 64 KiB AllReduce gave 0.0). Now the first
+// two are init errors naming the variable, and differing shapes an error
+// naming both ranks and their values.
+#include <barrier>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/config.h"
+#include "core/bootstrap.h"
+#include "core/comm.h"
+#include "transport/shm/shm_transport.h"
+
+using namespace plait;
+
+namespace {
+
+// Creates a communicator of `nranks` threads; returns each rank's init status.
+std::vector<Status> initAll(int nranks) {
+  auto id = createUniqueId();
+  REQUIRE(id.isOk());
+  std::vector<Status> result(nranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < nranks; ++r)
+    threads.emplace_back([&, r] {
+      Communicator comm(r, nranks);
+      result[r] = comm.init(id.value(), CommOptions{});
+    });
+  for (auto& t : threads) t.join();
+  return result;
+}
+
+// Sets one variable for one test, re-reading the environment.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    setenv(name, value, 1);
+    config::resetAll();
+  }
+  ~ScopedEnv() {
+    unsetenv(name_);
+    config::resetAll();
+  }
+  const char* name_;
+};
+
+// Ranks as threads exchanging through shared memory.
+class ThreadOob final : public OobExchange {
+ public:
+  struct Shared {
+    explicit Shared(int n) : nranks(n), sync(n) {}
+    int nranks;
+    std::mutex mu;
+    std::barrier<> sync;
+    std::vector<char> data;
+  };
+  ThreadOob(Shared& s, int rank) : s_(s), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int nranks() const override { return s_.nranks; }
+  Status allGather(void* data, size_t bytes, Deadline) override {
+    {
+      std::lock_guard<std::mutex> lock(s_.mu);
+      s_.data.resize(bytes * s_.nranks);
+      std::memcpy(&s_.data[bytes * rank_], static_cast<char*>(data) + bytes * rank_, bytes);
+    }
+    s_.sync.arrive_and_wait();
+    std::memcpy(data, s_.data.data(), bytes * s_.nranks);
+    s_.sync.arrive_and_wait();
+    return Status::ok();
+  }
+  Status barrier(Deadline) override {
+    s_.sync.arrive_and_wait();
+    return Status::ok();
+  }
+
+ private:
+  Shared& s_;
+  int rank_;
+};
+
+}  // namespace
+
+TEST_CASE("out-of-range FIFO settings are init errors naming the variable", "[fifo]") {
+  struct Case {
+    const char* name;
+    const char* value;
+    const char* shown;
+  };
+  const Case c = GENERATE(Case{"PLAIT_SHM_STEP_BYTES", "-64", "PLAIT_SHM_STEP_BYTES=-64"},
+                          Case{"PLAIT_SHM_STEP_BYTES", "2305843009213693952", "PLAIT_SHM_STEP_BYTES=2305843009213693952"},
+                          Case{"PLAIT_SHM_STEP_BYTES", "100", "PLAIT_SHM_STEP_BYTES=100"},
+                          Case{"PLAIT_SHM_P2P_STEP_BYTES", "-4096", "PLAIT_SHM_P2P_STEP_BYTES=-4096"},
+                          Case{"PLAIT_SHM_MESH_STEP_BYTES", "2G", "PLAIT_SHM_MESH_STEP_BYTES=2147483648"},
+                          Case{"PLAIT_SHM_STEPS", "4294967297", "PLAIT_SHM_STEPS=4294967297"},  // 1 after an int cast
+                          Case{"PLAIT_SHM_P2P_STEPS", "0", "PLAIT_SHM_P2P_STEPS=0"});
+  ScopedEnv env(c.name, c.value);
+  for (const Status& s : initAll(2)) {
+    INFO(s.toString());
+    CHECK(s.code() == Code::kInvalidArgument);
+    CHECK_THAT(s.message(), Catch::Contains(c.shown) && Catch::Contains("out of range"));
+  }
+}
+
+TEST_CASE("valid FIFO settings still initialise", "[fifo]") {
+  ScopedEnv env("PLAIT_SHM_STEP_BYTES", "64K");
+  for (const Status& s : initAll(2)) {
+    INFO(s.toString());
+    CHECK(s.isOk());
+  }
+}
+
+TEST_CASE("the shared-memory transport refuses FIFO shapes that differ between ranks", "[fifo]") {
+  const int which = GENERATE(0, 1, 2);  // ring, mesh, point-to-point
+  ThreadOob::Shared shared(2);
+  std::vector<Status> result(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      ShmTransportOptions o;
+      o.nChannels = 1;
+      o.ringPrev = o.ringNext = {1 - r};
+      o.localRanks = {0, 1};
+      o.waitTimeoutMs = 10000;
+      FifoShape* shape = which == 0 ? &o.ring : which == 1 ? &o.mesh : &o.p2p;
+      if (r == 1) *shape = FifoShape{16, 64 << 10};  // as PLAIT_SHM_*STEPS=16, *STEP_BYTES=64K on one rank
+      ThreadOob oob(shared, r);
+      auto t = ShmTransport::connect(oob, o, Deadline::afterMs(10000));
+      result[r] = t.isOk() ? Status::ok() : t.status();
+    });
+  for (auto& t : threads) t.join();
+  const char* kind[] = {"ring 16 x 65536", "mesh 16 x 65536", "point-to-point 16 x 65536"};
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << result[r].toString());
+    CHECK(result[r].code() == Code::kInvalidUsage);
+    CHECK_THAT(result[r].message(), Catch::Contains("FIFO shapes (steps x bytes) differ: rank " +
+                                                    std::to_string(1 - r)) &&
+                                        Catch::Contains(kind[which]) && Catch::Contains("PLAIT_SHM_STEP_BYTES"));
+  }
+}

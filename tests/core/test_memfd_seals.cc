@@ -1,0 +1,37 @@
+// ncclMemAlloc's memfds have a sealed size (issue 11, item 12): any process
+// of the same uid can open them through /proc/<pid>/fd, so none may shrink
+// one under the owner's mapping (a SIGBUS there) or grow it. On b3b9f8d the
+// memfds were created without MFD_ALLOW_SEALING and could be truncated.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <string>
+
+#include "core/host_memory.h"
+
+using namespace plait;
+
+TEST_CASE("ncclMemAlloc memfds cannot be shrunk or grown, even through /proc/<pid>/fd", "[memfd]") {
+  auto p = host_memory::allocate(64 << 10);
+  REQUIRE(p.isOk());
+  auto a = host_memory::lookup(p.value());
+  REQUIRE(a.has_value());
+  REQUIRE(a->fd >= 0);  // a memfd (anonymous memory only where memfd_create fails)
+  const int seals = fcntl(a->fd, F_GET_SEALS);
+  CHECK((seals & F_SEAL_SHRINK) != 0);
+  CHECK((seals & F_SEAL_GROW) != 0);
+  CHECK((seals & F_SEAL_SEAL) != 0);
+  CHECK(ftruncate(a->fd, 0) == -1);
+  CHECK(errno == EPERM);
+  // What another process of this uid would do.
+  const std::string path = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(a->fd);
+  const int other = open(path.c_str(), O_RDWR);
+  REQUIRE(other >= 0);
+  CHECK(ftruncate(other, 4096) == -1);
+  CHECK(ftruncate(other, 1 << 20) == -1);
+  close(other);
+  static_cast<volatile char*>(p.value())[(64 << 10) - 1] = 1;  // still mapped in full: no SIGBUS
+  CHECK(host_memory::release(p.value()).isOk());
+}
