@@ -164,31 +164,41 @@ TEST_CASE("net transport: ring and point-to-point FIFOs between two ranks over t
   std::atomic<uint32_t> abortFlags[2] = {0, 0};
   std::unique_ptr<NetTransport> t[2];
   std::thread threads[2];
+  std::string connectErrors[2];  // Catch2 assertions stay on the test's thread
   for (int r = 0; r < 2; ++r)
     threads[r] = std::thread([&, r] {
       ThreadOob oob(shared, r);
       auto res = NetTransport::connect(oob, twoRankOptions(r, &abortFlags[r]), Deadline::afterMs(10000));
-      REQUIRE(res.isOk());
-      t[r] = std::move(res).value();
+      if (res.isOk()) t[r] = std::move(res).value();
+      else connectErrors[r] = res.status().toString();
     });
   for (auto& th : threads) th.join();
+  REQUIRE(connectErrors[0].empty());
+  REQUIRE(connectErrors[1].empty());
   REQUIRE(t[0]->ringSend(0) != nullptr);
   REQUIRE(t[1]->ringRecv(0) != nullptr);
   CHECK_THAT(t[0]->description(), Catch::StartsWith("NET/Socket/lo"));
 
   constexpr int kSteps = 200;
+  std::string senderError;
   std::thread sender([&] {
     FifoSender* f = t[0]->ringSend(0);
     for (int i = 0; i < kSteps; ++i) {
       auto buf = f->acquire();
-      REQUIRE(buf.isOk());
+      if (!buf.isOk()) {
+        senderError = buf.status().toString();
+        return;
+      }
       const size_t n = static_cast<size_t>(i * 37 % 4096);
       std::memset(buf.value(), i & 0xff, n);
       f->post(n);
     }
     FifoSender* p = t[0]->p2pSend(1);
     auto buf = p->acquire();
-    REQUIRE(buf.isOk());
+    if (!buf.isOk()) {
+      senderError = buf.status().toString();
+      return;
+    }
     std::memcpy(buf.value(), "hello", 5);
     p->post(5 | (uint64_t(1) << 63));
   });
@@ -209,6 +219,7 @@ TEST_CASE("net transport: ring and point-to-point FIFOs between two ranks over t
   CHECK(std::memcmp(p.value(), "hello", 5) == 0);
   t[1]->p2pRecv(0)->release();
   sender.join();
+  CHECK(senderError.empty());
 
   // Rank 0 aborts: rank 1's ring receive fails naming rank 0 and the connection.
   abortFlags[0] = 1;
