@@ -110,11 +110,13 @@ void retire(ncclComm_t comm, bool abort) {
   // Calls still inside the communicator leave within their own wait bounds
   // (at once after an abort). Past twice PLAIT_TIMEOUT something is wrong:
   // keep the communicator's memory (a leak) rather than free it under them.
-  const plait::Deadline deadline = plait::Deadline::afterMs(2 * plait::operationTimeoutMs() + 1000);
+  const int64_t graceMs =
+      plait::addWaitMs(plait::addWaitMs(plait::operationTimeoutMs(), plait::operationTimeoutMs()), 1000);
+  const plait::Deadline deadline = plait::Deadline::afterMs(graceMs);
   while (comm->inflight.load(std::memory_order_seq_cst) != 0) {
     if (deadline.expired()) {
       PLAIT_WARN(kInit, "rank %d: %d call(s) still inside the communicator after %lld ms; leaving it allocated",
-                 comm->rank, comm->inflight.load(), static_cast<long long>(2 * plait::operationTimeoutMs() + 1000));
+                 comm->rank, comm->inflight.load(), static_cast<long long>(graceMs));
       (void)comm->impl.release();
       break;
     }

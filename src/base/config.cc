@@ -61,7 +61,9 @@ bool parseInt(const std::string& text, int64_t* out) {
     if (*end == 'B' || *end == 'b') ++end;
     if (*end) return false;
   }
-  *out = static_cast<int64_t>(v) * scale;
+  int64_t scaled = 0;
+  if (__builtin_mul_overflow(static_cast<int64_t>(v), scale, &scaled)) return false;  // "9000000000G"
+  *out = scaled;
   return true;
 }
 
@@ -75,7 +77,7 @@ int64_t IntParam::get() const {
       if (parseInt(text, &parsed)) {
         value_ = parsed;
       } else {
-        PLAIT_WARN(kEnv, "%s=\"%s\" is not an integer; using the default %lld", source_.c_str(), text,
+        PLAIT_WARN(kEnv, "%s=\"%s\" is not an integer in range; using the default %lld", source_.c_str(), text,
                    static_cast<long long>(default_));
         source_ = "default";
       }

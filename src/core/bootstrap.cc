@@ -296,7 +296,7 @@ class Root {
 };
 
 Status startRoot(net::Socket listener, uint64_t nonce) {
-  Deadline deadline = Deadline::afterMs(bootstrapTimeoutSec() * 1000);
+  Deadline deadline = Deadline::afterMs(secondsToWaitMs(bootstrapTimeoutSec()));
   auto shared = std::make_shared<net::Socket>(std::move(listener));
   return RootRegistry::instance().start([shared, nonce, deadline](const std::atomic<uint32_t>* stop) {
     Root(std::move(*shared), nonce, deadline, stop).run();

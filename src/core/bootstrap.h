@@ -79,7 +79,7 @@ int64_t bootstrapTimeoutSec();
 
 struct BootstrapOptions {
   // Bounds Bootstrap::create (the rendezvous and the ring connections).
-  Deadline deadline = Deadline::afterMs(bootstrapTimeoutSec() * 1000);
+  Deadline deadline = Deadline::afterMs(secondsToWaitMs(bootstrapTimeoutSec()));
   // The communicator's abort flag: any non-zero value makes every blocked
   // call return within about 100 ms. May be null. Must outlive the Bootstrap.
   const std::atomic<uint32_t>* abortFlag = nullptr;

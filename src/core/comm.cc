@@ -131,7 +131,7 @@ Status Communicator::init(const ncclUniqueId& id, const CommOptions& options) {
 Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& options) {
   name_ = options.name;
   timeoutMs_ = operationTimeoutMs();
-  const Deadline deadline = Deadline::afterMs(kInitTimeout.get() * 1000);
+  const Deadline deadline = Deadline::afterMs(secondsToWaitMs(std::max<int64_t>(kInitTimeout.get(), 1)));
   BootstrapOptions bopts;
   bopts.deadline = deadline;
   bopts.abortFlag = &abortFlag_;
@@ -276,7 +276,7 @@ Communicator::~Communicator() {
 Result<Communicator::SplitResult> Communicator::split(int color, int key) {
   if (aborted()) return invalidUsage("the communicator was aborted");
   log::ScopedLogRank logRank(rank_);
-  const Deadline deadline = Deadline::afterMs(kInitTimeout.get() * 1000);
+  const Deadline deadline = Deadline::afterMs(secondsToWaitMs(std::max<int64_t>(kInitTimeout.get(), 1)));
   struct Entry {
     int color, key;
   };

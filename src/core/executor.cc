@@ -13,7 +13,7 @@
 
 namespace plait {
 // One knob bounds every wait, bootstrap and operations alike (PLAIT_TIMEOUT).
-int64_t operationTimeoutMs() { return bootstrapTimeoutSec() * 1000; }
+int64_t operationTimeoutMs() { return secondsToWaitMs(bootstrapTimeoutSec()); }
 
 // Runs body() with the checks and error handling every operation shares:
 // a broken or aborted communicator refuses work; a failure other than a
