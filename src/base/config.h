@@ -67,15 +67,17 @@ class IntParam final : public ParamBase {
 
 class StringParam final : public ParamBase {
  public:
-  StringParam(const char* name, const char* defaultValue, const char* help)
-      : ParamBase(name, ParamType::kString, help), default_(defaultValue) {}
+  // A secret's value is never shown (plait-info prints "(hidden)").
+  StringParam(const char* name, const char* defaultValue, const char* help, bool secret = false)
+      : ParamBase(name, ParamType::kString, help), default_(defaultValue), secret_(secret) {}
   const std::string& get() const;
   std::string defaultText() const override { return default_; }
-  std::string valueText() const override { return get(); }
+  std::string valueText() const override { return secret_ && !get().empty() ? "(hidden)" : get(); }
   void reset() override;
 
  private:
   std::string default_;
+  bool secret_;
   mutable std::atomic<bool> loaded_{false};
   mutable std::string value_;
   mutable std::mutex mu_;
@@ -93,3 +95,4 @@ bool parseInt(const std::string& text, int64_t* out);
 
 #define PLAIT_PARAM_INT(var, name, def, help) static ::plait::config::IntParam var(name, def, help)
 #define PLAIT_PARAM_STRING(var, name, def, help) static ::plait::config::StringParam var(name, def, help)
+#define PLAIT_PARAM_SECRET(var, name, help) static ::plait::config::StringParam var(name, "", help, true)

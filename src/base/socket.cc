@@ -284,6 +284,32 @@ Result<Socket> Socket::accept(Deadline deadline, const std::atomic<uint32_t>* ab
   }
 }
 
+Result<Socket> Socket::tryAccept() {
+  for (;;) {
+    int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Socket();
+      return systemError("accept on " + local_.toString());
+    }
+    Socket s(fd, sockName(fd, false), sockName(fd, true));
+    PLAIT_RETURN_IF_ERROR(setNonBlockingNoDelay(fd, true));
+    return s;
+  }
+}
+
+Result<size_t> Socket::recvSome(void* data, size_t bytes) {
+  if (bytes == 0) return size_t{0};
+  for (;;) {
+    ssize_t n = ::recv(fd_, data, bytes, 0);
+    if (n > 0) return static_cast<size_t>(n);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return size_t{0};
+    return remoteError(n == 0 ? "connection closed by peer " + peer_.toString()
+                              : "connection to " + peer_.toString() + " failed: " + std::strerror(errno));
+  }
+}
+
 Result<Socket> Socket::connect(const SocketAddress& addr, Deadline deadline,
                                const std::atomic<uint32_t>* abortFlag) {
   if (!addr.isValid()) return invalidArgument("cannot connect to an invalid address");

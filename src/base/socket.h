@@ -89,6 +89,13 @@ class Socket {
   static Result<Socket> connect(const SocketAddress& addr, Deadline deadline,
                                 const std::atomic<uint32_t>* abortFlag);
 
+  // Non-blocking forms for a caller that polls many sockets itself:
+  // tryAccept gives an invalid Socket when no connection is pending;
+  // recvSome reads what has arrived (0 when nothing has) and fails with
+  // kRemoteError once the peer closed or reset the connection.
+  Result<Socket> tryAccept();
+  Result<size_t> recvSome(void* data, size_t bytes);
+
   // Sends / receives exactly `bytes` bytes. Block until done, the deadline,
   // abort, or the connection failing. On failure the stream is left in an
   // unknown position and the socket should be closed.

@@ -1,4 +1,5 @@
 #include "core/bootstrap.h"
+#include "core/bootstrap_wire.h"
 
 #include <sys/random.h>
 #include <unistd.h>
@@ -8,7 +9,9 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <random>
 #include <string>
 #include <system_error>
@@ -16,7 +19,9 @@
 #include <type_traits>
 
 #include "base/config.h"
+#include "base/greeting_gate.h"
 #include "base/log.h"
+#include "base/no_throw.h"
 
 namespace plait {
 namespace {
@@ -24,6 +29,8 @@ namespace {
 PLAIT_PARAM_INT(kTimeoutSec, "TIMEOUT", 300, "seconds any wait may block before failing");
 PLAIT_PARAM_STRING(kCommId, "COMM_ID", "",
                    "rendezvous address host:port; rank 0 hosts the bootstrap root there");
+PLAIT_PARAM_SECRET(kCommSecret, "COMM_SECRET",
+                   "secret shared by a job's ranks, mixed into the NCCL_COMM_ID rendezvous nonce");
 PLAIT_PARAM_STRING(kHostId, "HOSTID", "", "overrides this host's identity (tests pretend to be several nodes)");
 
 // Listen backlogs: the kernel clamps them to net.core.somaxconn.
@@ -37,39 +44,16 @@ constexpr int64_t kHelloTimeoutMs = 5000;
 constexpr int64_t kAbortSliceMs = 100;
 // Timeouts sent over the wire are capped so Deadline arithmetic cannot overflow.
 constexpr int64_t kMaxWireTimeoutMs = int64_t(1) << 30;
+// The root's error texts are cut to this; a rank refuses longer ones.
+constexpr uint32_t kMaxRootMessageBytes = 64 << 10;
+// A point-to-point message whose header claims more than this is not read
+// into memory it does not fit (an unexpected message is buffered whole).
+constexpr uint64_t kMaxUnexpectedBytes = uint64_t(1) << 30;
+
+using namespace bootstrap_wire;
 
 static_assert(std::is_trivially_copyable_v<PeerInfo>);
 static_assert(std::is_trivially_copyable_v<net::SocketAddress>);
-
-// ---- wire formats (same build on every rank; host byte order) ----------------
-
-// rank -> root
-struct RootHello {
-  uint64_t magic;
-  uint64_t nonce;
-  int32_t rank;
-  int32_t nranks;
-  int64_t timeoutMs;  // what is left of the rank's deadline
-  PeerInfo info;
-};
-// root -> rank: then `messageBytes` of error text, or nranks PeerInfo when code == 0.
-struct RootReply {
-  int32_t code;
-  uint32_t messageBytes;
-};
-// first bytes on every rank -> rank connection
-struct PeerHello {
-  uint64_t magic;
-  uint64_t nonce;
-  int32_t rank;
-  int32_t reserved;
-};
-// before every point-to-point message
-struct MessageHeader {
-  uint32_t kind;
-  uint32_t tag;
-  uint64_t bytes;
-};
 
 uint64_t fnv1a(std::string_view text, uint64_t h = 14695981039346656037ULL) {
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
@@ -146,25 +130,32 @@ class RootRegistry {
 
 // The rendezvous: collects one RootHello per rank, then answers everyone with
 // the PeerInfo table, or everyone with the one error that dooms the job.
+// Hellos are read from all connections at once (GreetingGate), so idle or
+// slow connections cannot delay real ranks; hellos without the job's nonce
+// are answered and dropped without affecting the job.
 class Root {
  public:
   Root(net::Socket listener, uint64_t nonce, Deadline deadline, const std::atomic<uint32_t>* stop)
-      : listener_(std::move(listener)), nonce_(nonce), deadline_(deadline), stop_(stop) {}
+      : listener_(std::move(listener)),
+        nonce_(nonce),
+        deadline_(deadline),
+        stop_(stop),
+        gate_("bootstrap root " + listener_.localAddress().toString(), sizeof(RootHello), kHelloTimeoutMs) {}
 
   void run() {
     PLAIT_INFO(kBootstrap, "bootstrap root listening on %s", listener_.localAddress().toString().c_str());
     for (;;) {
-      if (!failed() && nranks_ > 0 && joinedCount_ == nranks_) return answerAll();
-      if (failed() && nranks_ > 0 && connections_ >= nranks_) return;
+      if (!failed() && nranks_ > 0 && static_cast<int>(joined_.size()) == nranks_) return answerAll();
+      if (failed() && nranks_ > 0 && static_cast<int>(told_.size()) >= nranks_) return;
       if (stop_->load(std::memory_order_acquire) != 0) return failAll(Code::kRemoteError, "bootstrap root shut down");
       Deadline cut = cutoff();
       if (cut.expired()) return failed() ? void() : timeOut();
-      auto s = listener_.accept(earlier(cut, Deadline::afterMs(kAbortSliceMs)), stop_);
-      if (s.isOk()) {
-        admit(std::move(s.value()));
-      } else if (s.status().code() != Code::kRemoteError) {
-        PLAIT_WARN(kBootstrap, "bootstrap root: %s", s.status().toString().c_str());
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // e.g. out of fds: do not spin
+      auto g = gate_.next(listener_, earlier(cut, Deadline::afterMs(kAbortSliceMs)), stop_);
+      if (g.isOk()) {
+        admit(std::move(g.value()));
+      } else if (g.status().code() != Code::kRemoteError) {
+        PLAIT_WARN(kBootstrap, "bootstrap root: %s", g.status().toString().c_str());
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // do not spin on a failing poll
       }
     }
   }
@@ -179,7 +170,8 @@ class Root {
 
   // When the root gives up: its own deadline, or just before the earliest
   // rank's deadline (so that rank hears why instead of timing out blind).
-  // Once failed it lingers only as long as joined ranks would have waited.
+  // Once failed it lingers until every rank has been told, at most as long
+  // as joined ranks would have waited.
   Deadline cutoff() const {
     Deadline cut = deadline_;
     if (rankCutoff_) cut = earlier(cut, *rankCutoff_);
@@ -193,7 +185,8 @@ class Root {
     if (!rankCutoff_ || d.at() < rankCutoff_->at()) rankCutoff_ = d;
   }
 
-  void reply(net::Socket& s, Code code, const std::string& message) {
+  void reply(net::Socket& s, Code code, std::string message) {
+    if (message.size() > kMaxRootMessageBytes) message.resize(kMaxRootMessageBytes);
     RootReply r{static_cast<int32_t>(code), static_cast<uint32_t>(message.size())};
     Deadline d = Deadline::afterMs(kHelloTimeoutMs);
     Status st = s.sendAll(&r, sizeof(r), d, stop_);
@@ -205,76 +198,83 @@ class Root {
   void failAll(Code code, const std::string& message) {
     failureCode_ = code;
     failure_ = message;
-    for (auto& j : joined_) {
-      if (j) reply(j->socket, code, message);
-      j.reset();
+    for (auto& [rank, j] : joined_) {
+      reply(j.socket, code, message);
+      told_.insert(rank);
     }
-    joinedCount_ = 0;
+    joined_.clear();
   }
 
   void timeOut() {
     std::vector<int> missing;
     for (int r = 0; r < nranks_; ++r)
-      if (!joined_[static_cast<size_t>(r)]) missing.push_back(r);
+      if (!joined_.count(r)) missing.push_back(r);
     std::string msg = "bootstrap timed out: rank(s) " + rankList(missing) + " never joined (" +
-                      std::to_string(joinedCount_) + " of " + std::to_string(nranks_) + " arrived at the root " +
+                      std::to_string(joined_.size()) + " of " + std::to_string(nranks_) + " arrived at the root " +
                       listener_.localAddress().toString() + ")";
     if (nranks_ < 0) msg = "bootstrap timed out: no rank joined the root at " + listener_.localAddress().toString();
     PLAIT_WARN(kBootstrap, "%s", msg.c_str());
     failAll(Code::kRemoteError, msg);
   }
 
-  void admit(net::Socket s) {
+  // Why this hello (with the job's nonce) cannot join, or "".
+  std::string rejection(const RootHello& h) const {
+    const std::string who = describe(h.info);
+    if (h.nranks < 1 || h.nranks > kMaxRanks)
+      return who + " says nranks=" + std::to_string(h.nranks) + ", outside 1.." + std::to_string(kMaxRanks);
+    if (h.nranks != nranks_)
+      return "nranks mismatch: " + who + " says nranks=" + std::to_string(h.nranks) + " but " +
+             describe(firstInfo_) + " said nranks=" + std::to_string(nranks_);
+    if (h.rank < 0 || h.rank >= nranks_) return who + " is out of range for nranks=" + std::to_string(nranks_);
+    if (h.info.rank != h.rank || !h.info.listenAddr.isValid())
+      return who + " sent a malformed hello (peer record for rank " + std::to_string(h.info.rank) + ")";
+    if (auto it = joined_.find(h.rank); it != joined_.end())
+      return "rank " + std::to_string(h.rank) + " joined twice: " + who + " and " + describe(it->second.info);
+    return "";
+  }
+
+  void admit(net::GreetingGate::Greeted g) {
     RootHello h{};
-    Status st = s.recvAll(&h, sizeof(h), earlier(cutoff(), Deadline::afterMs(kHelloTimeoutMs)), stop_);
-    if (!st.isOk()) {
-      PLAIT_WARN(kBootstrap, "bootstrap root: dropped a connection: %s", st.toString().c_str());
-      return;
-    }
+    std::memcpy(&h, g.greeting.data(), sizeof(h));
+    net::Socket& s = g.socket;
     h.info.hostname[sizeof(h.info.hostname) - 1] = 0;
     if (h.magic != kUniqueIdMagic) return reply(s, Code::kInvalidArgument, "not a Plait bootstrap hello");
-    if (h.nonce != nonce_)
+    if (h.nonce != nonce_) {
+      PLAIT_WARN(kBootstrap, "bootstrap root: rejected a hello from %s with another job's id (nonce)",
+                 s.peerAddress().toString().c_str());
       return reply(s, Code::kInvalidArgument,
                    "this rank's ncclUniqueId does not match the root's (were ids from different "
-                   "ncclGetUniqueId calls mixed?)");
-    ++connections_;
+                   "ncclGetUniqueId calls mixed, or PLAIT_COMM_SECRET values that differ?)");
+    }
     noteRankTimeout(h.timeoutMs);
-    if (failed()) return reply(s, failureCode_, failure_);
-    std::string who = describe(h.info);
-    if (nranks_ < 0 && h.nranks > 0) {
+    if (failed()) {
+      if (h.rank >= 0 && h.rank < nranks_) told_.insert(h.rank);
+      return reply(s, failureCode_, failure_);
+    }
+    if (nranks_ < 0 && h.nranks >= 1 && h.nranks <= kMaxRanks) {
       nranks_ = h.nranks;
       firstInfo_ = h.info;
-      joined_.resize(static_cast<size_t>(nranks_));
     }
-    std::string err;
-    if (h.nranks != nranks_) {
-      err = "nranks mismatch: " + who + " says nranks=" + std::to_string(h.nranks) + " but " + describe(firstInfo_) +
-            " said nranks=" + std::to_string(nranks_);
-    } else if (h.rank < 0 || h.rank >= nranks_) {
-      err = who + " is out of range for nranks=" + std::to_string(nranks_);
-    } else if (joined_[static_cast<size_t>(h.rank)]) {
-      err = "rank " + std::to_string(h.rank) + " joined twice: " + who + " and " +
-            describe(joined_[static_cast<size_t>(h.rank)]->info);
-    }
-    if (!err.empty()) {
+    if (std::string err = rejection(h); !err.empty()) {
       PLAIT_WARN(kBootstrap, "bootstrap root: %s", err.c_str());
       reply(s, Code::kInvalidArgument, err);
+      if (h.rank >= 0 && h.rank < nranks_) told_.insert(h.rank);
       return failAll(Code::kInvalidArgument, err);
     }
-    joined_[static_cast<size_t>(h.rank)] = Joined{std::move(s), h.info};
-    ++joinedCount_;
+    joined_.emplace(h.rank, Joined{std::move(s), h.info});
   }
 
   void answerAll() {
     std::vector<PeerInfo> table;
-    for (auto& j : joined_) table.push_back(j->info);
+    table.reserve(joined_.size());
+    for (auto& [rank, j] : joined_) table.push_back(j.info);
     RootReply ok{0, 0};
-    for (auto& j : joined_) {
+    for (auto& [rank, j] : joined_) {
       Deadline d = Deadline::afterMs(kHelloTimeoutMs);
-      Status st = j->socket.sendAll(&ok, sizeof(ok), d, stop_);
-      if (st.isOk()) st = j->socket.sendAll(table.data(), table.size() * sizeof(PeerInfo), d, stop_);
+      Status st = j.socket.sendAll(&ok, sizeof(ok), d, stop_);
+      if (st.isOk()) st = j.socket.sendAll(table.data(), table.size() * sizeof(PeerInfo), d, stop_);
       if (!st.isOk())
-        PLAIT_WARN(kBootstrap, "bootstrap root: could not send the peer table to %s: %s", describe(j->info).c_str(),
+        PLAIT_WARN(kBootstrap, "bootstrap root: could not send the peer table to %s: %s", describe(j.info).c_str(),
                    st.toString().c_str());
     }
     PLAIT_INFO(kBootstrap, "bootstrap root %s: all %d ranks joined", listener_.localAddress().toString().c_str(),
@@ -285,11 +285,11 @@ class Root {
   uint64_t nonce_;
   Deadline deadline_;
   const std::atomic<uint32_t>* stop_;
+  net::GreetingGate gate_;
   int nranks_ = -1;
   PeerInfo firstInfo_;
-  std::vector<std::optional<Joined>> joined_;
-  int joinedCount_ = 0;
-  int connections_ = 0;  // connections carrying this job's nonce
+  std::map<int, Joined> joined_;  // by rank: memory grows with connections, not with a claimed nranks
+  std::set<int> told_;            // ranks that heard the failure
   std::optional<Deadline> rankCutoff_;
   Code failureCode_ = Code::kOk;
   std::string failure_;
@@ -299,11 +299,45 @@ Status startRoot(net::Socket listener, uint64_t nonce) {
   Deadline deadline = Deadline::afterMs(secondsToWaitMs(bootstrapTimeoutSec()));
   auto shared = std::make_shared<net::Socket>(std::move(listener));
   return RootRegistry::instance().start([shared, nonce, deadline](const std::atomic<uint32_t>* stop) {
-    Root(std::move(*shared), nonce, deadline, stop).run();
+    // Nothing may escape a thread: an exception would be std::terminate in
+    // the user's process. The ranks then time out naming the root.
+    Status st = noThrow([&] {
+      Root(std::move(*shared), nonce, deadline, stop).run();
+      return Status::ok();
+    });
+    if (!st.isOk()) PLAIT_WARN(kBootstrap, "bootstrap root failed: %s", st.toString().c_str());
   });
 }
 
-uint64_t commIdNonce(const net::SocketAddress& addr) { return fnv1a("plait-comm-id:" + addr.toString()); }
+// The nonce of an NCCL_COMM_ID job. Every process derives it alone, so it
+// can only be secret if the processes share a secret: PLAIT_COMM_SECRET
+// (plait-run makes a random one per job). Without it the nonce follows from
+// the address, and anyone who can reach the address can join the rendezvous.
+uint64_t commIdNonce(const net::SocketAddress& addr) {
+  const std::string& secret = kCommSecret.get();
+  if (secret.empty()) {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      PLAIT_WARN(kBootstrap | ::plait::log::kEnv,
+                 "NCCL_COMM_ID=%s without PLAIT_COMM_SECRET: anyone who can reach that address can join or "
+                 "disrupt this job's rendezvous; export the same random PLAIT_COMM_SECRET on every rank",
+                 addr.toString().c_str());
+    });
+    return fnv1a("plait-comm-id:" + addr.toString());
+  }
+  return fnv1a(secret, fnv1a("plait-comm-id-secret:" + addr.toString()));
+}
+
+// Where a rank listens for its peers: on loopback when the job's root is on
+// loopback (every rank is on this host, and nothing off the host should be
+// able to reach the listener), else on the interface NCCL_SOCKET_IFNAME and
+// NCCL_SOCKET_FAMILY select.
+Result<net::SocketAddress> listenAddressFor(const net::SocketAddress& root) {
+  if (root.isLoopback()) return net::SocketAddress::loopback(root.family(), 0);
+  return net::chooseInterfaceAddress();
+}
+
+bool isErrorCode(int32_t code) { return code > 0 && code <= static_cast<int32_t>(Code::kRemoteError); }
 
 }  // namespace
 
@@ -390,7 +424,8 @@ Bootstrap::~Bootstrap() = default;
 
 Result<std::unique_ptr<Bootstrap>> Bootstrap::create(const ncclUniqueId& id, int rank, int nranks,
                                                      const BootstrapOptions& options) {
-  if (nranks < 1) return invalidArgument("nranks must be at least 1, got " + std::to_string(nranks));
+  if (nranks < 1 || nranks > kMaxRanks)
+    return invalidArgument("nranks must be in 1.." + std::to_string(kMaxRanks) + ", got " + std::to_string(nranks));
   if (rank < 0 || rank >= nranks)
     return invalidArgument("rank " + std::to_string(rank) + " is out of range for nranks=" + std::to_string(nranks));
   PLAIT_ASSIGN_OR_RETURN(UniqueIdContents contents, decodeUniqueId(id));
@@ -406,7 +441,7 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::create(const ncclUniqueId& id, int
     PLAIT_RETURN_IF_ERROR(startRoot(std::move(listener.value()), contents.nonce));
   }
 
-  PLAIT_ASSIGN_OR_RETURN(net::SocketAddress myAddr, net::chooseInterfaceAddress());
+  PLAIT_ASSIGN_OR_RETURN(net::SocketAddress myAddr, listenAddressFor(contents.root));
   PLAIT_ASSIGN_OR_RETURN(bs->listener_, net::Socket::listen(myAddr, kListenBacklog));
 
   RootHello hello{};
@@ -432,6 +467,9 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::create(const ncclUniqueId& id, int
   if (st.isOk()) st = root->recvAll(&reply, sizeof(reply), deadline, flag);
   if (!st.isOk()) return fail(std::move(st));
   if (reply.code != 0) {
+    if (!isErrorCode(reply.code) || reply.messageBytes > kMaxRootMessageBytes)
+      return fail(remoteError("malformed reply from the root (code " + std::to_string(reply.code) + ", " +
+                              std::to_string(reply.messageBytes) + " message bytes)"));
     std::string message(reply.messageBytes, '\0');
     st = root->recvAll(message.data(), message.size(), deadline, flag);
     if (!st.isOk()) return fail(std::move(st));
@@ -439,8 +477,12 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::create(const ncclUniqueId& id, int
   }
   st = root->recvAll(bs->peers_.data(), bs->peers_.size() * sizeof(PeerInfo), deadline, flag);
   if (!st.isOk()) return fail(std::move(st));
-  for (int r = 0; r < nranks; ++r)
-    if (bs->peers_[static_cast<size_t>(r)].rank != r) return fail(internalError("root sent a malformed peer table"));
+  for (int r = 0; r < nranks; ++r) {
+    PeerInfo& p = bs->peers_[static_cast<size_t>(r)];
+    p.hostname[sizeof(p.hostname) - 1] = 0;
+    if (p.rank != r || !p.listenAddr.isValid())
+      return fail(remoteError("the root sent a malformed peer table (entry " + std::to_string(r) + ")"));
+  }
   root->close();
 
   PLAIT_RETURN_IF_ERROR(bs->connectRing(deadline));
@@ -506,25 +548,25 @@ Result<net::Socket*> Bootstrap::sendSocket(int peer, Deadline deadline) {
 }
 
 Status Bootstrap::acceptFrom(int peer, Deadline deadline) {
+  if (!peerGate_)
+    peerGate_ = std::make_unique<net::GreetingGate>("rank " + std::to_string(rank_) + " bootstrap listener",
+                                                    sizeof(PeerHello), kHelloTimeoutMs);
   while (!recvSockets_[static_cast<size_t>(peer)].isValid()) {
     if (aborted()) return peerFailure(peer, "waiting for a connection from", remoteError("aborted"));
-    auto s = listener_.accept(earlier(deadline, Deadline::afterMs(kAbortSliceMs)), socketAbortFlag());
-    if (!s.isOk()) {
-      if (s.status().code() == Code::kRemoteError && !deadline.expired() && !aborted()) continue;
-      return peerFailure(peer, "waiting for a connection from", s.takeStatus());
+    auto g = peerGate_->next(listener_, earlier(deadline, Deadline::afterMs(kAbortSliceMs)), socketAbortFlag());
+    if (!g.isOk()) {
+      if (g.status().code() == Code::kRemoteError && !deadline.expired() && !aborted()) continue;
+      return peerFailure(peer, "waiting for a connection from", g.takeStatus());
     }
     PeerHello hello{};
-    Status st = s->recvAll(&hello, sizeof(hello), earlier(deadline, Deadline::afterMs(kHelloTimeoutMs)),
-                           socketAbortFlag());
-    if (st.isOk() && (hello.magic != magic_ || hello.nonce != nonce_ || hello.rank < 0 || hello.rank >= nranks_ ||
-                      recvSockets_[static_cast<size_t>(hello.rank)].isValid()))
-      st = invalidArgument("not a peer of this communicator, or a duplicate connection");
-    if (!st.isOk()) {
-      PLAIT_WARN(kBootstrap, "rank %d: ignoring bootstrap connection from %s: %s", rank_,
-                 s->peerAddress().toString().c_str(), st.toString().c_str());
+    std::memcpy(&hello, g->greeting.data(), sizeof(hello));
+    if (hello.magic != magic_ || hello.nonce != nonce_ || hello.rank < 0 || hello.rank >= nranks_ ||
+        recvSockets_[static_cast<size_t>(hello.rank)].isValid()) {
+      PLAIT_WARN(kBootstrap, "rank %d: ignoring a bootstrap connection from %s: not a peer of this communicator, "
+                 "or a duplicate connection", rank_, g->socket.peerAddress().toString().c_str());
       continue;
     }
-    installSocket(recvSockets_, hello.rank, std::move(s.value()));
+    installSocket(recvSockets_, hello.rank, std::move(g->socket));
   }
   return Status::ok();
 }
@@ -562,6 +604,7 @@ Status Bootstrap::recvMessage(int peer, Kind kind, uint32_t tag, void* data, siz
   if (auto it = unexpected_.find(key); it != unexpected_.end() && !it->second.empty()) {
     std::vector<char> msg = std::move(it->second.front());
     it->second.pop_front();
+    unexpectedBytes_ -= msg.size();
     if (it->second.empty()) unexpected_.erase(it);
     if (msg.size() != bytes) return sizeMismatch(msg.size());
     if (bytes > 0) std::memcpy(data, msg.data(), bytes);
@@ -573,15 +616,31 @@ Status Bootstrap::recvMessage(int peer, Kind kind, uint32_t tag, void* data, siz
     MessageHeader h{};
     Status st = s.recvAll(&h, sizeof(h), deadline, socketAbortFlag());
     if (!st.isOk()) return peerFailure(peer, "receive from", std::move(st));
+    if (h.kind == static_cast<uint32_t>(kind) && h.tag == tag && h.bytes == bytes) {
+      st = s.recvAll(data, bytes, deadline, socketAbortFlag());
+      return st.isOk() ? st : peerFailure(peer, "receive from", std::move(st));
+    }
+    // Anything else is read into memory first: a header no build of Plait
+    // sends (an unknown kind, or more bytes than a message may carry) means
+    // the stream is corrupt or forged, and nothing of it can be trusted.
+    if (h.kind > static_cast<uint32_t>(Kind::kBarrier) || h.bytes > kMaxUnexpectedBytes) {
+      s.shutdown();
+      return peerFailure(peer, "receive from",
+                         remoteError("malformed message header (kind " + std::to_string(h.kind) + ", " +
+                                     std::to_string(h.bytes) + " bytes); connection closed"));
+    }
     if (h.kind == static_cast<uint32_t>(kind) && h.tag == tag) {
-      if (h.bytes == bytes) {
-        st = s.recvAll(data, bytes, deadline, socketAbortFlag());
-        return st.isOk() ? st : peerFailure(peer, "receive from", std::move(st));
-      }
       std::vector<char> drop(h.bytes);  // keep the stream aligned for later messages
       st = s.recvAll(drop.data(), drop.size(), deadline, socketAbortFlag());
       return st.isOk() ? sizeMismatch(h.bytes) : peerFailure(peer, "receive from", std::move(st));
     }
+    if (h.bytes > kMaxUnexpectedBytes - unexpectedBytes_) {
+      s.shutdown();
+      return peerFailure(peer, "receive from",
+                         remoteError("more than " + std::to_string(kMaxUnexpectedBytes) +
+                                     " bytes of messages nobody has asked for yet; connection closed"));
+    }
+    unexpectedBytes_ += h.bytes;
     std::vector<char> early(h.bytes);
     st = s.recvAll(early.data(), early.size(), deadline, socketAbortFlag());
     if (!st.isOk()) return peerFailure(peer, "receive from", std::move(st));

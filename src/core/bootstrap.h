@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/greeting_gate.h"
 #include "base/socket.h"
 #include "nccl.h"
 #include "plait/status.hpp"
@@ -64,6 +65,10 @@ Result<ncclUniqueId> createPrivateUniqueId();
 // NCCL_HOSTID (any string) replaces it, so tests can pretend to be several
 // nodes. Thread-safe.
 uint64_t hostHash();
+
+// The largest communicator the bootstrap accepts (a hello claiming more is
+// rejected before anything is sized by it).
+inline constexpr int kMaxRanks = 1 << 24;
 
 // What every rank knows about every other rank. Plain data: it travels in messages.
 struct PeerInfo {
@@ -153,7 +158,9 @@ class Bootstrap {
   net::Socket listener_;
   std::vector<net::Socket> sendSockets_;  // [peer] -> connection I write to
   std::vector<net::Socket> recvSockets_;  // [peer] -> connection I read from
+  std::unique_ptr<net::GreetingGate> peerGate_;  // reads peers' hellos, made on first use
   std::map<MessageKey, std::deque<std::vector<char>>> unexpected_;
+  uint64_t unexpectedBytes_ = 0;  // buffered in unexpected_, bounded
   std::atomic<uint32_t> abort_{0};
   const std::atomic<uint32_t>* userAbort_;
   // Guards the socket tables against abort() shutting them down concurrently.

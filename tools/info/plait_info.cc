@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
   printf("  cuda      %s\n\n", loadable("libcuda.so.1") ? "driver found" : "no CUDA driver (host memory only)");
   printf("Tunables (set PLAIT_<NAME>, or NCCL_<NAME>)\n");
   for (const auto* p : plait::config::allParams()) {
-    printf("  %-22s = %-12s (%s; default %s)\n", p->name(), p->valueText().c_str(), p->source().c_str(),
+    const std::string value = p->valueText();  // loads it: source() is known only after
+    printf("  %-22s = %-12s (%s; default %s)\n", p->name(), value.c_str(), p->source().c_str(),
            p->defaultText().empty() ? "\"\"" : p->defaultText().c_str());
     printf("  %-22s   %s\n", "", p->help());
   }

@@ -8,6 +8,7 @@
 // the first failure (see rank_launcher.h).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,6 +41,21 @@ std::optional<int> pickFreePort() {
   close(fd);
   if (!ok) return std::nullopt;
   return ntohs(addr.sin_port);
+}
+
+// 128 random bits as hex: the job's PLAIT_COMM_SECRET. The ranks mix it into
+// the rendezvous nonce, so a process that can reach the NCCL_COMM_ID port
+// but did not get the secret cannot join or disrupt the job.
+std::optional<std::string> randomSecret() {
+  unsigned char bytes[16];
+  if (getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) return std::nullopt;
+  std::string hex;
+  for (unsigned char b : bytes) {
+    constexpr char kDigits[] = "0123456789abcdef";
+    hex += kDigits[b >> 4];
+    hex += kDigits[b & 15];
+  }
+  return hex;
 }
 
 bool isThisHost(const std::string& host) {
@@ -111,5 +127,11 @@ int main(int argc, char** argv) {
     return plait::run::kExitLaunchFailed;
   }
   options.commId = "127.0.0.1:" + std::to_string(*port);
+  std::optional<std::string> secret = randomSecret();
+  if (!secret) {
+    std::fprintf(stderr, "plait-run: cannot read random bytes for the job's secret: %s\n", strerror(errno));
+    return plait::run::kExitLaunchFailed;
+  }
+  options.commSecret = *secret;
   return plait::run::runRanks(options);
 }

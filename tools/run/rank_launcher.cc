@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -57,6 +58,8 @@ std::vector<std::string> rankEnvironment(const LaunchOptions& options, int rank)
   env.push_back("PLAIT_LOCAL_RANK=" + std::to_string(rank));
   env.push_back("PLAIT_LOCAL_NRANKS=" + std::to_string(options.nranks));
   env.push_back("NCCL_COMM_ID=" + options.commId);
+  if (std::getenv("PLAIT_COMM_SECRET") == nullptr && !options.commSecret.empty())
+    env.push_back("PLAIT_COMM_SECRET=" + options.commSecret);
   return env;
 }
 

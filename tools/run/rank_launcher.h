@@ -3,7 +3,8 @@
 //
 // Each rank is a child process in its own process group with
 //   PLAIT_RANK, PLAIT_NRANKS, PLAIT_LOCAL_RANK, PLAIT_LOCAL_NRANKS, NCCL_COMM_ID
-// in its environment, and PR_SET_PDEATHSIG(SIGKILL) so it dies with the
+// and PLAIT_COMM_SECRET (the job's rendezvous secret: only processes that
+// hold it can join; an inherited PLAIT_COMM_SECRET is kept) in its environment, and PR_SET_PDEATHSIG(SIGKILL) so it dies with the
 // launcher even when the launcher is killed by SIGKILL. Stdin goes to rank 0
 // when it is not a terminal; every other rank reads /dev/null.
 //
@@ -27,6 +28,7 @@ struct LaunchOptions {
   int nranks = 1;
   std::vector<std::string> command;  // program (looked up in PATH) and its arguments
   std::string commId;                // NCCL_COMM_ID given to every rank
+  std::string commSecret;            // PLAIT_COMM_SECRET for every rank unless inherited
   std::optional<std::chrono::milliseconds> timeout;  // none: wait forever
   bool tagOutput = false;            // prefix each output line with "[rank] "
   std::chrono::milliseconds grace{2000};  // SIGTERM -> SIGKILL
