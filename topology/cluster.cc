@@ -18,7 +18,9 @@ Cluster replicateSystem(TopoSystem system, int hosts) {
 Result<Cluster> loadCluster(const std::string& path, int hosts) {
   PLAIT_ASSIGN_OR_RETURN(XmlNode root, readXmlFile(path));
   if (root.name == "system") {
-    if (hosts < 0) return invalidArgument("cluster of " + std::to_string(hosts) + " hosts");
+    if (hosts < 0 || hosts > kMaxClusterHosts)
+      return invalidArgument("cluster of " + std::to_string(hosts) + " hosts (at most " +
+                             std::to_string(kMaxClusterHosts) + ")");
     PLAIT_ASSIGN_OR_RETURN(TopoSystem sys, buildSystem(root));
     return replicateSystem(std::move(sys), std::max(hosts, 1));
   }
@@ -32,8 +34,10 @@ Result<Cluster> loadCluster(const std::string& path, int hosts) {
     PLAIT_ASSIGN_OR_RETURN(XmlNode xml, readXmlFile((dir / *file).string()));
     PLAIT_ASSIGN_OR_RETURN(TopoSystem sys, buildSystem(xml));
     c.systems.push_back(std::move(sys));
-    int64_t count = node.intAttr("count", 1);
-    for (int64_t i = 0; i < count; ++i) c.hostSystem.push_back(static_cast<int>(c.systems.size()) - 1);
+    PLAIT_ASSIGN_OR_RETURN(int64_t count, node.intAttrIn("count", 1, 1, kMaxClusterHosts));
+    if (count > kMaxClusterHosts - static_cast<int64_t>(c.hostSystem.size()))
+      return invalidArgument(path + ": more than " + std::to_string(kMaxClusterHosts) + " hosts in all");
+    c.hostSystem.insert(c.hostSystem.end(), static_cast<size_t>(count), static_cast<int>(c.systems.size()) - 1);
   }
   if (c.hostSystem.empty()) return invalidArgument(path + ": no <node> elements");
   if (hosts > 0 && hosts != c.hosts()) {

@@ -23,6 +23,10 @@ struct Cluster {
   const TopoSystem& host(int h) const { return systems[hostSystem[h]]; }
 };
 
+// The most hosts a cluster file may describe (the graphs of a million hosts
+// still assemble in seconds; more is a typo or an attack on memory).
+inline constexpr int64_t kMaxClusterHosts = int64_t(1) << 20;
+
 // `hosts` copies of one system.
 Cluster replicateSystem(TopoSystem system, int hosts);
 

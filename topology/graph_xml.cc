@@ -55,7 +55,8 @@ namespace {
 Result<GraphChannel> channelFromXml(const TopoSystem& sys, const XmlNode& xc) {
   GraphChannel ch;
   for (const XmlNode& e : xc.children) {
-    int dev = static_cast<int>(e.intAttr("dev", -1));
+    PLAIT_ASSIGN_OR_RETURN(int64_t dev64, e.intAttrIn("dev", -1, -1, INT32_MAX));
+    const int dev = static_cast<int>(dev64);
     if (e.name == "gpu") {
       int g = ordinalOfDev(sys, NodeType::kGpu, dev);
       if (g < 0) return invalidArgument("graph names <gpu dev=\"" + std::to_string(dev) + "\"> the system lacks");
@@ -77,24 +78,29 @@ Result<std::vector<NodeGraph>> graphsFromXml(const TopoSystem& sys, const XmlNod
   for (const XmlNode& x : root.children) {
     if (x.name != "graph") continue;
     NodeGraph g;
-    g.id = static_cast<int>(x.intAttr("id", 0));
-    g.pattern = static_cast<GraphPattern>(x.intAttr("pattern", 4));
-    g.crossNic = static_cast<int>(x.intAttr("crossnic", 0));
-    g.speedIntra = x.floatAttr("speedintra", 0);
-    g.speedInter = x.floatAttr("speedinter", 0);
-    g.latencyInter = x.floatAttr("latencyinter", 0);
+    PLAIT_ASSIGN_OR_RETURN(int64_t id, x.intAttrIn("id", 0, 0, 1024));
+    PLAIT_ASSIGN_OR_RETURN(int64_t pattern, x.intAttrIn("pattern", 4, 0, 64));
+    PLAIT_ASSIGN_OR_RETURN(int64_t crossNic, x.intAttrIn("crossnic", 0, 0, 2));
+    PLAIT_ASSIGN_OR_RETURN(g.speedIntra, x.floatAttrIn("speedintra", 0, 0, 1e9));
+    PLAIT_ASSIGN_OR_RETURN(g.speedInter, x.floatAttrIn("speedinter", 0, 0, 1e9));
+    PLAIT_ASSIGN_OR_RETURN(g.latencyInter, x.floatAttrIn("latencyinter", 0, 0, 1e9));
+    g.id = static_cast<int>(id);
+    g.pattern = static_cast<GraphPattern>(pattern);
+    g.crossNic = static_cast<int>(crossNic);
     auto intra = parsePathType(x.attrOr("typeintra", "LOC"));
     auto inter = parsePathType(x.attrOr("typeinter", "LOC"));
     if (!intra || !inter) return invalidArgument("graph " + std::to_string(g.id) + " has an unknown path type");
     g.typeIntra = *intra;
     g.typeInter = *inter;
-    g.sameChannels = static_cast<int>(x.intAttr("samechannels", 0));
+    PLAIT_ASSIGN_OR_RETURN(int64_t sameChannels, x.intAttrIn("samechannels", 0, 0, 1));
+    g.sameChannels = static_cast<int>(sameChannels);
     for (const XmlNode& xc : x.children) {
       if (xc.name != "channel") continue;
       PLAIT_ASSIGN_OR_RETURN(GraphChannel ch, channelFromXml(sys, xc));
       g.channels.push_back(std::move(ch));
     }
-    int64_t declared = x.intAttr("nchannels", static_cast<int64_t>(g.channels.size()));
+    PLAIT_ASSIGN_OR_RETURN(int64_t declared,
+                           x.intAttrIn("nchannels", static_cast<int64_t>(g.channels.size()), 0, 1024));
     if (declared != static_cast<int64_t>(g.channels.size())) {
       return invalidArgument("graph " + std::to_string(g.id) + " declares " + std::to_string(declared) +
                              " channels but lists " + std::to_string(g.channels.size()));

@@ -1,6 +1,10 @@
 // local.cc — the environment-driven entry points: this host's system
 // (NCCL_TOPO_FILE, NCCL_TOPO_DUMP_FILE) and its graphs (NCCL_GRAPH_FILE,
 // NCCL_GRAPH_DUMP_FILE).
+#include <cstdlib>
+#include <string>
+#include <vector>
+
 #include "base/config.h"
 #include "base/log.h"
 #include "topology/detect.h"
@@ -14,6 +18,28 @@ PLAIT_PARAM_STRING(kTopoDumpFile, "TOPO_DUMP_FILE", "", "write the host's topolo
 PLAIT_PARAM_INT(kTopoDetect, "TOPO_DETECT", 1, "0: NCCL_TOPO_FILE replaces detection instead of being completed by it");
 PLAIT_PARAM_STRING(kGraphFile, "GRAPH_FILE", "", "graph XML to use instead of searching");
 PLAIT_PARAM_STRING(kGraphDumpFile, "GRAPH_DUMP_FILE", "", "write the searched graphs here");
+
+bool localTopologyConfigured() { return !kTopoFile.get().empty() || !kTopoDumpFile.get().empty(); }
+
+int numaNodeOfCpu(const TopoSystem& system, int cpu) {
+  if (cpu < 0) return -1;
+  for (int idx : system.of(NodeType::kCpu)) {
+    const CpuInfo& info = system.nodes[idx].cpu;
+    // NCCL's cpuset text: 32-bit hex words separated by commas, most significant first.
+    std::vector<std::string> words;
+    size_t start = 0;
+    for (size_t comma; (comma = info.affinity.find(',', start)) != std::string::npos; start = comma + 1)
+      words.push_back(info.affinity.substr(start, comma - start));
+    words.push_back(info.affinity.substr(start));
+    const size_t word = static_cast<size_t>(cpu) / 32;
+    if (word >= words.size()) continue;
+    const std::string& text = words[words.size() - 1 - word];
+    char* end = nullptr;
+    unsigned long bits = std::strtoul(text.c_str(), &end, 16);
+    if (end != text.c_str() && ((bits >> (cpu % 32)) & 1) != 0) return info.numaId;
+  }
+  return -1;
+}
 
 Result<TopoSystem> loadLocalSystem() {
   XmlNode xml;

@@ -20,6 +20,10 @@ namespace {
 constexpr const char* kPciBridgeClass = "0x060400";
 constexpr const char* kNvSwitchClass = "0x068000";
 constexpr const char* kCpuClass = "0x068001";
+// Bounds for numbers read from a topology file: device ordinals and ids, and
+// link speeds in Mb/s (a terabit NIC is 10^6).
+constexpr int64_t kMaxId = int64_t(1) << 20;
+constexpr int64_t kMaxMbps = int64_t(1) << 40;
 
 std::string lower(std::string_view text) {
   std::string out(text);
@@ -131,7 +135,9 @@ class SystemBuilder {
   void connect(int from, int to, LinkType type, double bw);
   Status addCpu(const XmlNode& xml);
   Status addPci(const XmlNode& xml, int parent);
-  int addNic(const XmlNode& xmlNic, int parent, double bw);
+  Result<int> addNic(const XmlNode& xmlNic, int parent, double bw);
+  // Registers a GPU / PCI / NIC node under its bus id; a bus id seen twice is an error.
+  Status claimBusId(const std::string& busId, int node);
   Status addSecondPass(const XmlNode& xml, int gpu, int cpu);
   void connectCpus();
   void finish();
@@ -140,6 +146,12 @@ class SystemBuilder {
   std::map<std::string, int> byBusId_;  // GPU / PCI / NIC node by bus id
   int nvs_ = -1;
 };
+
+Status SystemBuilder::claimBusId(const std::string& busId, int node) {
+  if (!byBusId_.emplace(busId, node).second)
+    return invalidArgument("bus id " + busId + " appears twice in the topology");
+  return Status::ok();
+}
 
 void SystemBuilder::connect(int from, int to, LinkType type, double bw) {
   for (int id : sys_.nodes[from].links) {
@@ -156,43 +168,52 @@ void SystemBuilder::connect(int from, int to, LinkType type, double bw) {
 Status SystemBuilder::addCpu(const XmlNode& xml) {
   int cpu = addNode(NodeType::kCpu);
   CpuInfo& info = sys_.nodes[cpu].cpu;
-  info.numaId = static_cast<int>(xml.intAttr("numaid", static_cast<int64_t>(sys_.count(NodeType::kCpu))));
+  PLAIT_ASSIGN_OR_RETURN(int64_t numa, xml.intAttrIn("numaid", sys_.count(NodeType::kCpu), -1, kMaxId));
+  PLAIT_ASSIGN_OR_RETURN(int64_t family, xml.intAttrIn("familyid", 0, 0, INT32_MAX));
+  PLAIT_ASSIGN_OR_RETURN(int64_t model, xml.intAttrIn("modelid", 0, 0, INT32_MAX));
+  info.numaId = static_cast<int>(numa);
   info.arch = xml.attrOr("arch", "");
   info.vendor = xml.attrOr("vendor", "");
-  info.familyId = static_cast<int>(xml.intAttr("familyid", 0));
-  info.modelId = static_cast<int>(xml.intAttr("modelid", 0));
+  info.familyId = static_cast<int>(family);
+  info.modelId = static_cast<int>(model);
   info.affinity = xml.attrOr("affinity", "");
   sys_.byType[static_cast<int>(NodeType::kCpu)].push_back(cpu);
   for (const XmlNode& c : xml.children) {
     if (c.name == "pci") {
       PLAIT_RETURN_IF_ERROR(addPci(c, cpu));
     } else if (c.name == "nic") {
-      addNic(c, cpu, kBwLoc);  // a NIC without PCI information hangs off its CPU
+      PLAIT_RETURN_IF_ERROR(addNic(c, cpu, kBwLoc).status());  // no PCI information: hangs off its CPU
     }
   }
   return Status::ok();
 }
 
-int SystemBuilder::addNic(const XmlNode& xmlNic, int parent, double bw) {
+Result<int> SystemBuilder::addNic(const XmlNode& xmlNic, int parent, double bw) {
   int nic = addNode(NodeType::kNic);
   sys_.byType[static_cast<int>(NodeType::kNic)].push_back(nic);
   connect(nic, parent, LinkType::kPci, bw);
   connect(parent, nic, LinkType::kPci, bw);
   for (const XmlNode& xmlNet : xmlNic.children) {
     if (xmlNet.name != "net" || !xmlNet.hasAttr("dev")) continue;
+    PLAIT_ASSIGN_OR_RETURN(int64_t dev, xmlNet.intAttrIn("dev", -1, 0, kMaxId));
+    PLAIT_ASSIGN_OR_RETURN(int64_t mbps, xmlNet.intAttrIn("speed", 0, -1, kMaxMbps));
+    PLAIT_ASSIGN_OR_RETURN(double latency, xmlNet.floatAttrIn("latency", 0, 0, 1e9));
+    PLAIT_ASSIGN_OR_RETURN(int64_t port, xmlNet.intAttrIn("port", 0, 0, 65535));
+    PLAIT_ASSIGN_OR_RETURN(int64_t maxConn, xmlNet.intAttrIn("maxconn", 32, 0, kMaxId));
+    PLAIT_ASSIGN_OR_RETURN(int64_t gdr, xmlNet.intAttrIn("gdr", 0, 0, 1));
+    PLAIT_ASSIGN_OR_RETURN(int64_t coll, xmlNet.intAttrIn("coll", 0, 0, 1));
     int net = addNode(NodeType::kNet);
     NetInfo& info = sys_.nodes[net].net;
     info.name = xmlNet.attrOr("name", "");
-    info.dev = static_cast<int>(xmlNet.intAttr("dev", -1));
-    int64_t mbps = xmlNet.intAttr("speed", 0);
+    info.dev = static_cast<int>(dev);
     if (mbps <= 0) mbps = 10000;  // NICs that report -1 count as 10 Gb/s
     info.bw = static_cast<double>(mbps) / 8000.0;
-    info.latency = xmlNet.floatAttr("latency", 0);
-    info.port = static_cast<int>(xmlNet.intAttr("port", 0));
-    info.guid = static_cast<uint64_t>(xmlNet.intAttr("guid", info.dev));
-    info.maxConn = static_cast<int>(xmlNet.intAttr("maxconn", 32));
-    info.gdr = static_cast<int>(xmlNet.intAttr("gdr", 0));
-    info.coll = static_cast<int>(xmlNet.intAttr("coll", 0));
+    info.latency = latency;
+    info.port = static_cast<int>(port);
+    info.guid = static_cast<uint64_t>(xmlNet.intAttr("guid", info.dev));  // an identifier: any 64 bits
+    info.maxConn = static_cast<int>(maxConn);
+    info.gdr = static_cast<int>(gdr);
+    info.coll = static_cast<int>(coll);
     sys_.byType[static_cast<int>(NodeType::kNet)].push_back(net);
     connect(nic, net, LinkType::kNet, info.bw);
     connect(net, nic, LinkType::kNet, info.bw);
@@ -205,40 +226,46 @@ Status SystemBuilder::addPci(const XmlNode& xml, int parent) {
   if (!busIdText) return invalidArgument("<pci> element without busid");
   std::string busId = lower(*busIdText);
   std::string cls = lower(xml.attrOr("class", ""));
-  double bw = pciBw(xml.attrOr("link_speed", ""), static_cast<int>(xml.intAttr("link_width", 0)));
+  PLAIT_ASSIGN_OR_RETURN(int64_t width, xml.intAttrIn("link_width", 0, 0, 1024));
+  double bw = pciBw(xml.attrOr("link_speed", ""), static_cast<int>(width));
   int node = -1;
   if (const XmlNode* xmlGpu = xml.child("gpu")) {
+    PLAIT_ASSIGN_OR_RETURN(int64_t dev, xmlGpu->intAttrIn("dev", sys_.count(NodeType::kGpu), 0, kMaxId));
+    PLAIT_ASSIGN_OR_RETURN(int64_t rank, xmlGpu->intAttrIn("rank", dev, 0, INT32_MAX));
+    PLAIT_ASSIGN_OR_RETURN(int64_t sm, xmlGpu->intAttrIn("sm", 0, 0, 10000));
+    PLAIT_ASSIGN_OR_RETURN(int64_t gdr, xmlGpu->intAttrIn("gdr", 0, 0, 1));
     node = addNode(NodeType::kGpu);
     GpuInfo& g = sys_.nodes[node].gpu;
-    g.dev = static_cast<int>(xmlGpu->intAttr("dev", sys_.count(NodeType::kGpu)));
-    g.rank = static_cast<int>(xmlGpu->intAttr("rank", g.dev));
-    g.sm = static_cast<int>(xmlGpu->intAttr("sm", 0));
-    g.gdr = static_cast<int>(xmlGpu->intAttr("gdr", 0));
+    g.dev = static_cast<int>(dev);
+    g.rank = static_cast<int>(rank);
+    g.sm = static_cast<int>(sm);
+    g.gdr = static_cast<int>(gdr);
     sys_.byType[static_cast<int>(NodeType::kGpu)].push_back(node);
   } else if (const XmlNode* xmlNic = xml.child("nic")) {
-    node = addNic(*xmlNic, parent, bw);
+    PLAIT_ASSIGN_OR_RETURN(node, addNic(*xmlNic, parent, bw));
     sys_.nodes[node].busId = busId;
-    byBusId_[busId] = node;
-    return Status::ok();
+    return claimBusId(busId, node);
   } else if (cls.rfind(kPciBridgeClass, 0) == 0 || !xml.children.empty()) {
     node = addNode(NodeType::kPci);
     sys_.byType[static_cast<int>(NodeType::kPci)].push_back(node);
   } else {
     return Status::ok();  // an endpoint NCCL's model has no use for
   }
+  uint64_t pciDevice = 0;
+  for (const char* key : {"vendor", "device", "subsystem_vendor", "subsystem_device"}) {
+    PLAIT_ASSIGN_OR_RETURN(int64_t id, xml.intAttrIn(key, 0, 0, 0xffff));
+    pciDevice = (pciDevice << 16) | static_cast<uint64_t>(id);
+  }
   TopoNode& n = sys_.nodes[node];
   n.busId = busId;
-  n.pciDevice = (static_cast<uint64_t>(xml.intAttr("vendor", 0)) << 48) |
-                (static_cast<uint64_t>(xml.intAttr("device", 0)) << 32) |
-                (static_cast<uint64_t>(xml.intAttr("subsystem_vendor", 0)) << 16) |
-                static_cast<uint64_t>(xml.intAttr("subsystem_device", 0));
-  byBusId_[busId] = node;
+  n.pciDevice = pciDevice;
+  PLAIT_RETURN_IF_ERROR(claimBusId(busId, node));
   connect(node, parent, LinkType::kPci, bw);
   connect(parent, node, LinkType::kPci, bw);
   if (n.type == NodeType::kPci) {
     for (const XmlNode& c : xml.children) {
       if (c.name == "pci") PLAIT_RETURN_IF_ERROR(addPci(c, node));
-      if (c.name == "nic") addNic(c, node, bw);
+      if (c.name == "nic") PLAIT_RETURN_IF_ERROR(addNic(c, node, bw).status());
     }
   }
   return Status::ok();
@@ -259,8 +286,8 @@ Status SystemBuilder::addSecondPass(const XmlNode& xml, int gpu, int cpu) {
       childGpu = it == byBusId_.end() ? -1 : it->second;
     }
     if (c.name == "nvlink" && gpu >= 0) {
-      int count = static_cast<int>(c.intAttr("count", 1));
-      double bw = count * nvlinkBw(sys_.nodes[gpu].gpu.sm);
+      PLAIT_ASSIGN_OR_RETURN(int64_t count, c.intAttrIn("count", 1, 1, 1024));
+      double bw = static_cast<double>(count) * nvlinkBw(sys_.nodes[gpu].gpu.sm);
       std::string tclass = lower(c.attrOr("tclass", ""));
       int remote = -1;
       if (tclass == kNvSwitchClass) {
@@ -281,7 +308,9 @@ Status SystemBuilder::addSecondPass(const XmlNode& xml, int gpu, int cpu) {
       connect(gpu, remote, LinkType::kNvl, bw);
       if (sys_.nodes[remote].type != NodeType::kGpu) connect(remote, gpu, LinkType::kNvl, bw);
     } else if (c.name == "c2c" && gpu >= 0 && cpu >= 0) {
-      double bw = static_cast<double>(c.intAttr("bw", 0) * c.intAttr("count", 1)) / 1000.0;
+      PLAIT_ASSIGN_OR_RETURN(int64_t linkBw, c.intAttrIn("bw", 0, 0, kMaxMbps));
+      PLAIT_ASSIGN_OR_RETURN(int64_t count, c.intAttrIn("count", 1, 1, 1024));
+      double bw = static_cast<double>(linkBw) * static_cast<double>(count) / 1000.0;
       connect(gpu, cpu, LinkType::kC2c, bw);
       connect(cpu, gpu, LinkType::kC2c, bw);
     } else if (c.name == "pcilink") {

@@ -103,6 +103,15 @@ std::vector<int> doubleBinaryTreeParents(int n, bool mirror);
 // INFO (subsystem GRAPH/INIT). Errors: unreadable or malformed topology file.
 Result<TopoSystem> loadLocalSystem();
 
+// Whether NCCL_TOPO_FILE or NCCL_TOPO_DUMP_FILE is set: communicator init
+// then loads the local system (so a bad file fails init, naming it) and takes
+// host ranks' NUMA nodes from it.
+bool localTopologyConfigured();
+
+// The numaid of the <cpu> whose affinity mask holds logical CPU `cpu`; -1
+// when none does (or the masks are empty).
+int numaNodeOfCpu(const TopoSystem& system, int cpu);
+
 struct NodeGraphs {
   NodeGraph ring;
   NodeGraph tree;

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <pugixml.hpp>
 
@@ -38,6 +40,42 @@ double XmlNode::floatAttr(std::string_view key, double fallback) const {
   char* end = nullptr;
   double parsed = std::strtod(v->c_str(), &end);
   return end == v->c_str() ? fallback : parsed;
+}
+
+namespace {
+
+Status badNumber(const XmlNode& node, std::string_view key, const std::string& text, const std::string& want) {
+  return invalidArgument("<" + node.name + " " + std::string(key) + "=\"" + text + "\">: expected " + want);
+}
+
+bool onlySpaceFrom(const char* p) {
+  while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') ++p;
+  return *p == 0;
+}
+
+}  // namespace
+
+Result<int64_t> XmlNode::intAttrIn(std::string_view key, int64_t fallback, int64_t lo, int64_t hi) const {
+  const std::string* v = attr(key);
+  if (!v || v->empty()) return fallback;
+  const std::string want = "an integer in " + std::to_string(lo) + ".." + std::to_string(hi);
+  errno = 0;
+  char* end = nullptr;
+  long long parsed = std::strtoll(v->c_str(), &end, 0);
+  if (errno != 0 || end == v->c_str() || !onlySpaceFrom(end) || parsed < lo || parsed > hi)
+    return badNumber(*this, key, *v, want);
+  return static_cast<int64_t>(parsed);
+}
+
+Result<double> XmlNode::floatAttrIn(std::string_view key, double fallback, double lo, double hi) const {
+  const std::string* v = attr(key);
+  if (!v || v->empty()) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  double parsed = std::strtod(v->c_str(), &end);
+  if (errno != 0 || end == v->c_str() || !onlySpaceFrom(end) || !(parsed >= lo && parsed <= hi))
+    return badNumber(*this, key, *v, "a number in " + std::to_string(lo) + ".." + std::to_string(hi));
+  return parsed;
 }
 
 void XmlNode::setAttr(std::string_view key, std::string value) {
@@ -106,6 +144,17 @@ Result<XmlNode> parseXml(std::string_view text) {
   }
   pugi::xml_node root = doc.document_element();
   if (!root) return invalidArgument("XML document has no root element");
+  // Depth first, without recursion: fromPugi recurses once per level.
+  std::vector<std::pair<pugi::xml_node, int>> stack{{root, 1}};
+  while (!stack.empty()) {
+    auto [node, depth] = stack.back();
+    stack.pop_back();
+    if (depth > kMaxXmlDepth)
+      return invalidArgument("XML elements nested deeper than " + std::to_string(kMaxXmlDepth) + " levels (at <" +
+                             std::string(node.name()) + ">)");
+    for (pugi::xml_node c = node.first_child(); c; c = c.next_sibling())
+      if (c.type() == pugi::node_element) stack.emplace_back(c, depth + 1);
+  }
   return fromPugi(root);
 }
 

@@ -30,6 +30,13 @@ struct XmlNode {
   // Integer attribute ("12", "0x1f", "-1"); `fallback` when absent or malformed.
   int64_t intAttr(std::string_view key, int64_t fallback) const;
   double floatAttr(std::string_view key, double fallback) const;
+  // For values that size or index something: the attribute as an integer in
+  // [lo, hi] (`fallback` when absent or empty). InvalidArgument naming the
+  // element, attribute and text when it is not a whole integer ("1e11",
+  // "12abc"), overflows, or is out of range.
+  Result<int64_t> intAttrIn(std::string_view key, int64_t fallback, int64_t lo, int64_t hi) const;
+  // The same for real numbers (finite, in [lo, hi]).
+  Result<double> floatAttrIn(std::string_view key, double fallback, double lo, double hi) const;
   // Replaces the value when present (keeping its position), appends otherwise.
   void setAttr(std::string_view key, std::string value);
   // Sets only when absent: how detection completes a user's file without
@@ -42,8 +49,12 @@ struct XmlNode {
   XmlNode& addChild(std::string childName);
 };
 
+// Elements nested deeper than this are refused (NCCL's topology files are
+// under 10 deep; conversion and destruction of the tree recurse per level).
+inline constexpr int kMaxXmlDepth = 64;
+
 // Parses a document; the result is its root element. InvalidArgument names
-// the offset and pugixml's reason on malformed input.
+// the offset and pugixml's reason on malformed input, or the depth limit.
 Result<XmlNode> parseXml(std::string_view text);
 Result<XmlNode> readXmlFile(const std::string& path);
 // Two-space indentation, no declaration, attributes in stored order (the

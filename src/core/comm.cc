@@ -168,6 +168,15 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   std::memset(static_cast<void*>(places.data()), 0, places.size() * sizeof(topo::RankPlacement));
   unsigned cpu = 0, node = 0;
   if (getcpu(&cpu, &node) != 0) cpu = node = 0;
+  if (topo::localTopologyConfigured()) {
+    // NCCL_TOPO_FILE describes this host: its NUMA layout orders the rings.
+    auto system = topo::loadLocalSystem();
+    if (!system.isOk()) return system.takeStatus().withContext("rank " + std::to_string(rank_) + ": topology");
+    const int numa = topo::numaNodeOfCpu(system.value(), static_cast<int>(cpu));
+    PLAIT_INFO(kInit, "rank %d: CPU %u is in NUMA node %d of the topology (the kernel says %u)", rank_, cpu, numa,
+               node);
+    if (numa >= 0) node = static_cast<unsigned>(numa);
+  }
   topo::RankPlacement& mine = places[rank_];
   mine.rank = rank_;
   mine.hostHash = bootstrap_->peer(rank_).hostHash;
