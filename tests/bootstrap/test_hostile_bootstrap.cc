@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "../scoped_env.h"
 #include "base/config.h"
 #include "core/bootstrap.h"
 #include "core/bootstrap_wire.h"
@@ -116,17 +117,7 @@ std::string allGatherWorks(Bootstraps& all) {
   return "";
 }
 
-struct ScopedEnv {
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    setenv(name, value, 1);
-    config::resetAll();
-  }
-  ~ScopedEnv() {
-    unsetenv(name_);
-    config::resetAll();
-  }
-  const char* name_;
-};
+using plait::test::ScopedEnv;
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "../scoped_env.h"
 #include "base/config.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
@@ -37,18 +38,7 @@ std::vector<Status> initAll(int nranks) {
   return result;
 }
 
-// Sets one variable for one test, re-reading the environment.
-struct ScopedEnv {
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    setenv(name, value, 1);
-    config::resetAll();
-  }
-  ~ScopedEnv() {
-    unsetenv(name_);
-    config::resetAll();
-  }
-  const char* name_;
-};
+using plait::test::ScopedEnv;
 
 // Ranks as threads exchanging through shared memory.
 class ThreadOob final : public OobExchange {

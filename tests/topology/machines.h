@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "../scoped_env.h"
 #include "base/config.h"
 #include "topology/cluster.h"
 #include "topology/paths.h"
@@ -33,25 +34,6 @@ inline TopoSystem systemFromText(const std::string& text) {
   return std::move(sys).value();
 }
 
-// Sets (or clears, with nullptr) an environment knob and makes the registry
-// read it again; restores the old value at scope exit.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-    config::resetAll();
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
-    else unsetenv(name_.c_str());
-    config::resetAll();
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using plait::test::ScopedEnv;
 
 }  // namespace plait::topo::test
