@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kDeviceThreads) allReduceKernel(const __grid_c
 
 template <ncclDataType_t kType>
 const void* kernelOf() {
-  return reinterpret_cast<const void*>(&allReduceKernel<TypeOfT<kType>>);
+  return PLAIT_KERNEL_HANDLE(allReduceKernel<TypeOfT<kType>>);
 }
 
 }  // namespace device

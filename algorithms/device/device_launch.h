@@ -14,6 +14,16 @@
 #include "algorithms/device/device_work.h"
 #include "nccl.h"
 
+// The host-side handle of a __global__ function (what cudaLaunchKernel and
+// cudaFuncGetAttributes take). Under the device emulator (emu/) taking the
+// handle also registers how to call the kernel with cudaLaunchKernel's
+// argument array.
+#if defined(PLAIT_DEVICE_EMULATION)
+#define PLAIT_KERNEL_HANDLE(kernel) (::plait_emu::kernelHandle(&kernel))
+#else
+#define PLAIT_KERNEL_HANDLE(kernel) (reinterpret_cast<const void*>(&kernel))
+#endif
+
 namespace plait {
 
 // Why `work` cannot run on nChannels channels ("nChannels out of range", ...),

@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kDeviceThreads) reduceCollectiveKernel(const _
 
 template <ncclDataType_t kType>
 const void* reduceKernelOf() {
-  return reinterpret_cast<const void*>(&reduceCollectiveKernel<TypeOfT<kType>>);
+  return PLAIT_KERNEL_HANDLE(reduceCollectiveKernel<TypeOfT<kType>>);
 }
 
 const void* reduceKernelFor(ncclDataType_t type) {
@@ -137,7 +137,7 @@ const void* collectiveKernelFor(DeviceColl coll, ncclDataType_t type) {
   switch (coll) {
     case DeviceColl::kAllReduce: return allReduceKernelFor(type);
     case DeviceColl::kAllGather:
-    case DeviceColl::kBroadcast: return reinterpret_cast<const void*>(&device::copyCollectiveKernel);
+    case DeviceColl::kBroadcast: return PLAIT_KERNEL_HANDLE(device::copyCollectiveKernel);
     case DeviceColl::kReduceScatter:
     case DeviceColl::kReduce: return device::reduceKernelFor(type);
   }

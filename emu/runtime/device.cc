@@ -1,0 +1,227 @@
+// device.cc — devices, errors, kernel registration and launch.
+//
+// PLAIT_EMU_DEVICES (default 8) emulated devices, all alike: compute
+// capability 9.0, 132 multiprocessors, a 1 GHz clock (clock64() counts
+// nanoseconds), 80 GiB, PCI bus id 0000:<device+1>:00.0, peers can access
+// each other.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "internal.h"
+
+namespace plait_emu {
+namespace {
+
+thread_local cudaError_t tLastError = cudaSuccess;
+thread_local int tDevice = 0;
+
+constexpr int kMaxThreadsPerBlock = 1024;
+constexpr int kClockKHz = 1000000;
+
+std::mutex gKernelsMu;
+std::map<const void*, KernelBinder>& kernels() {
+  static auto* table = new std::map<const void*, KernelBinder>();
+  return *table;
+}
+
+}  // namespace
+
+cudaError_t fail(cudaError_t err) {
+  if (err != cudaSuccess && err != cudaErrorNotReady) tLastError = err;
+  return err;
+}
+
+int deviceCount() {
+  static const int count = [] {
+    const char* text = std::getenv("PLAIT_EMU_DEVICES");
+    int n = text ? std::atoi(text) : 8;
+    return n >= 0 && n <= 64 ? n : 8;
+  }();
+  return count;
+}
+
+bool validDevice(int device) { return device >= 0 && device < deviceCount(); }
+int currentDevice() { return tDevice; }
+
+const void* registerKernel(const void* kernel, KernelBinder bind) {
+  std::lock_guard<std::mutex> lock(gKernelsMu);
+  kernels().emplace(kernel, bind);
+  return kernel;
+}
+
+KernelBinder findKernel(const void* kernel) {
+  std::lock_guard<std::mutex> lock(gKernelsMu);
+  auto it = kernels().find(kernel);
+  return it == kernels().end() ? nullptr : it->second;
+}
+
+}  // namespace plait_emu
+
+using namespace plait_emu;
+
+extern "C" {
+
+cudaError_t cudaGetLastError(void) {
+  cudaError_t e = tLastError;
+  tLastError = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return tLastError; }
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+#define PLAIT_EMU_NAME(e) \
+  case e: return #e;
+    PLAIT_EMU_NAME(cudaSuccess)
+    PLAIT_EMU_NAME(cudaErrorInvalidValue)
+    PLAIT_EMU_NAME(cudaErrorMemoryAllocation)
+    PLAIT_EMU_NAME(cudaErrorInitializationError)
+    PLAIT_EMU_NAME(cudaErrorInvalidConfiguration)
+    PLAIT_EMU_NAME(cudaErrorInvalidDevice)
+    PLAIT_EMU_NAME(cudaErrorInvalidDeviceFunction)
+    PLAIT_EMU_NAME(cudaErrorInvalidResourceHandle)
+    PLAIT_EMU_NAME(cudaErrorNotReady)
+    PLAIT_EMU_NAME(cudaErrorNoDevice)
+    PLAIT_EMU_NAME(cudaErrorHostMemoryAlreadyRegistered)
+    PLAIT_EMU_NAME(cudaErrorHostMemoryNotRegistered)
+    PLAIT_EMU_NAME(cudaErrorMapBufferObjectFailed)
+    PLAIT_EMU_NAME(cudaErrorDeviceUninitialized)
+    PLAIT_EMU_NAME(cudaErrorNotSupported)
+#undef PLAIT_EMU_NAME
+    default: return "cudaErrorUnknown";
+  }
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    default: return cudaGetErrorName(error);
+  }
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return fail(cudaErrorInvalidValue);
+  *count = deviceCount();
+  return deviceCount() > 0 ? cudaSuccess : fail(cudaErrorNoDevice);
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (!validDevice(device)) return fail(cudaErrorInvalidDevice);
+  tDevice = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  if (device == nullptr) return fail(cudaErrorInvalidValue);
+  *device = tDevice;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (value == nullptr) return fail(cudaErrorInvalidValue);
+  if (!validDevice(device)) return fail(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrClockRate: *value = kClockKHz; break;
+    case cudaDevAttrMultiProcessorCount: *value = 132; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+    case cudaDevAttrMaxThreadsPerBlock: *value = kMaxThreadsPerBlock; break;
+    case cudaDevAttrWarpSize: *value = 32; break;
+    case cudaDevAttrPciBusId: *value = device + 1; break;
+    case cudaDevAttrPciDeviceId: *value = 0; break;
+    case cudaDevAttrPciDomainId: *value = 0; break;
+    case cudaDevAttrUnifiedAddressing: *value = 1; break;
+    case cudaDevAttrCanMapHostMemory: *value = 1; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = 48 << 10; break;
+    default: *value = 0; break;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (prop == nullptr) return fail(cudaErrorInvalidValue);
+  if (!validDevice(device)) return fail(cudaErrorInvalidDevice);
+  std::memset(prop, 0, sizeof(*prop));
+  std::snprintf(prop->name, sizeof(prop->name), "Plait emulated device %d", device);
+  prop->totalGlobalMem = size_t(80) << 30;
+  prop->sharedMemPerBlock = 48 << 10;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = kMaxThreadsPerBlock;
+  prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = kMaxThreadsPerBlock;
+  prop->maxThreadsDim[2] = 64;
+  prop->maxGridSize[0] = 1 << 30;
+  prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 132;
+  prop->unifiedAddressing = 1;
+  prop->canMapHostMemory = 1;
+  prop->pciBusID = device + 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
+  if (pciBusId == nullptr || len <= 0) return fail(cudaErrorInvalidValue);
+  if (!validDevice(device)) return fail(cudaErrorInvalidDevice);
+  std::snprintf(pciBusId, static_cast<size_t>(len), "0000:%02x:00.0", device + 1);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice) {
+  if (canAccessPeer == nullptr) return fail(cudaErrorInvalidValue);
+  if (!validDevice(device) || !validDevice(peerDevice)) return fail(cudaErrorInvalidDevice);
+  *canAccessPeer = device != peerDevice;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags) {
+  if (!validDevice(peerDevice)) return fail(cudaErrorInvalidDevice);
+  return flags == 0 ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaDriverGetVersion(int* version) {
+  if (version == nullptr) return fail(cudaErrorInvalidValue);
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int* version) { return cudaDriverGetVersion(version); }
+
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
+  if (attr == nullptr) return fail(cudaErrorInvalidValue);
+  if (findKernel(func) == nullptr) return fail(cudaErrorInvalidDeviceFunction);
+  std::memset(attr, 0, sizeof(*attr));
+  attr->maxThreadsPerBlock = kMaxThreadsPerBlock;
+  attr->numRegs = 32;
+  attr->ptxVersion = attr->binaryVersion = 90;
+  return cudaSuccess;
+}
+
+cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args, size_t sharedMem,
+                             cudaStream_t stream) {
+  KernelBinder bind = findKernel(func);
+  if (bind == nullptr) return fail(cudaErrorInvalidDeviceFunction);
+  const unsigned long long threads = 1ULL * blockDim.x * blockDim.y * blockDim.z;
+  if (threads == 0 || threads > kMaxThreadsPerBlock || gridDim.x == 0 || gridDim.y == 0 || gridDim.z == 0 ||
+      sharedMem > (48u << 10))
+    return fail(cudaErrorInvalidConfiguration);
+  if (!isStream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  std::function<void()> body = bind(func, args);  // copies the arguments now
+  enqueue(resolveStream(stream), [body = std::move(body), gridDim, blockDim] { runGrid(body, gridDim, blockDim); });
+  return cudaSuccess;
+}
+
+}  // extern "C"
