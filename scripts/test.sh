@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the full suite (unit, multi-rank,
-# multi-process, tools), then the unit and multi-process tests again under
-# AddressSanitizer + UndefinedBehaviorSanitizer.
+# multi-process, tools); the CUDA kernels on the device emulator (emu/); then
+# the unit and multi-process tests again under AddressSanitizer +
+# UndefinedBehaviorSanitizer.
 #   scripts/test.sh            everything
-#   SKIP_SANITIZE=1 scripts/test.sh
+#   SKIP_EMULATION=1 SKIP_SANITIZE=1 scripts/test.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup.sh"
@@ -11,6 +12,27 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # (not run: no GPU here) and device_compile_check links them.
 "$ROOT/scripts/build.sh"
 (cd "$ROOT/build" && ctest --output-on-failure --timeout 900 -j "${CTEST_JOBS:-1}")
+if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then
+  # The kernels compiled as C++ by the host compiler run on the emulated CUDA
+  # runtime: only the targets the emulation tests need are built. It needs
+  # the CUDA toolkit's headers (not a GPU, not libcudart).
+  if [[ -f /usr/local/cuda/include/cuda_runtime_api.h ]] || command -v nvcc >/dev/null; then
+    EMU_TARGETS="device_compile_check test_emu_runtime emu_fault_check"
+    BUILD_DIR="$ROOT/build-emu" TARGETS="$EMU_TARGETS" \
+      "$ROOT/scripts/build.sh" -DPLAIT_DEVICE_EMULATION=ON -DPLAIT_BUILD_PERF=OFF
+    (cd "$ROOT/build-emu" && ctest --output-on-failure --timeout 900 -L emu)
+    # Again under ThreadSanitizer, each CUDA thread a TSan fiber: races in the
+    # kernels' FIFO protocol and between a block's threads. Loopback cases up
+    # to 5000 elements (larger ones add time, not interleavings); no forks
+    # (TSan cannot start threads in a child of a threaded process).
+    BUILD_DIR="$ROOT/build-emu-tsan" TARGETS="$EMU_TARGETS" \
+      "$ROOT/scripts/build.sh" -DPLAIT_DEVICE_EMULATION=ON -DPLAIT_SANITIZE_THREAD=ON -DPLAIT_BUILD_PERF=OFF
+    (cd "$ROOT/build-emu-tsan" && PLAIT_DEVICE_CHECK_MAX_COUNT=5000 TSAN_OPTIONS=halt_on_error=1 \
+      ctest --output-on-failure --timeout 900 -L emu -LE process)
+  else
+    echo "test.sh: device emulation skipped: no CUDA toolkit headers (/usr/local/cuda or nvcc in PATH)"
+  fi
+fi
 if [[ "${SKIP_SANITIZE:-0}" != 1 ]]; then
   BUILD_DIR="$ROOT/build-asan" BUILD_TYPE=Debug "$ROOT/scripts/build.sh" -DPLAIT_WITH_CUDA=OFF -DPLAIT_SANITIZE=ON \
     -DPLAIT_BUILD_PERF=OFF

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 #include <cuda_runtime_api.h>
 
@@ -31,6 +33,22 @@ inline int gFailures = 0;
       return;                                                                                       \
     }                                                                                               \
   } while (0)
+
+// Whether a loopback case of `count` elements runs: PLAIT_DEVICE_CHECK_MAX_COUNT
+// skips larger ones (the ThreadSanitizer run of the emulator looks for races
+// in the protocol, which small counts exercise; large ones only cost time).
+// Says once that it skips.
+inline bool countAllowed(size_t count) {
+  static const size_t maxCount = [] {
+    const char* text = std::getenv("PLAIT_DEVICE_CHECK_MAX_COUNT");
+    return text ? static_cast<size_t>(std::strtoull(text, nullptr, 10)) : SIZE_MAX;
+  }();
+  static bool said = false;
+  if (count <= maxCount) return true;
+  if (!said) std::printf("loopback cases above %zu elements skipped (PLAIT_DEVICE_CHECK_MAX_COUNT)\n", maxCount);
+  said = true;
+  return false;
+}
 
 constexpr ncclDataType_t kAllTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
                                         ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,

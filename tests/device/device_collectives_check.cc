@@ -579,6 +579,7 @@ T sumOf(const std::vector<T>& v) {
 }
 
 void checkCollTypes(const CollCase& cc) {
+  if (!countAllowed(cc.count)) return;
   auto none = [](const std::vector<int8_t>&) { return int8_t(0); };
   if (cc.coll == DeviceColl::kAllGather || cc.coll == DeviceColl::kBroadcast) {
     checkColl<int8_t>("int8", cc, ncclSum, none);
