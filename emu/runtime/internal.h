@@ -43,6 +43,8 @@ void enqueue(Stream* stream, std::function<void()> work);
 void drain(Stream* stream);
 // Waits for every stream of `device` (cudaDeviceSynchronize, cudaFree).
 void drainDevice(int device);
+// Whether work on the stream is being captured into a graph.
+bool isCapturing(Stream* stream);
 
 // ---- kernels (launch.cc, block.cc) ----
 KernelBinder findKernel(const void* kernel);

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "internal.h"
 
@@ -30,6 +31,9 @@ struct Stream {
   uint64_t completed = 0;
   bool stopping = false;
   std::thread worker;
+  // While capturing (cudaStreamBeginCapture), work goes here instead of the
+  // queue; cudaStreamEndCapture turns it into a graph.
+  std::unique_ptr<std::vector<std::function<void()>>> capture;
 
   void serve() {
     std::unique_lock<std::mutex> lock(mu);
@@ -129,6 +133,10 @@ Stream* resolveStream(cudaStream_t handle) {
 
 void enqueue(Stream* s, std::function<void()> work) {
   std::lock_guard<std::mutex> lock(s->mu);
+  if (s->capture) {
+    s->capture->push_back(std::move(work));
+    return;
+  }
   s->queue.push_back(std::move(work));
   ++s->enqueued;
   s->cv.notify_all();
@@ -148,6 +156,11 @@ void drainDevice(int device) {
       if (s->device == device) streams.push_back(s);
   }
   for (Stream* s : streams) drain(s);
+}
+
+bool isCapturing(Stream* s) {
+  std::lock_guard<std::mutex> lock(s->mu);
+  return s->capture != nullptr;
 }
 
 }  // namespace plait_emu
@@ -188,6 +201,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (!isStream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (isCapturing(resolveStream(stream))) return fail(cudaErrorStreamCaptureUnsupported);
   drain(resolveStream(stream));
   return cudaSuccess;
 }
@@ -195,6 +209,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (!isStream(stream)) return fail(cudaErrorInvalidResourceHandle);
   Stream* s = resolveStream(stream);
+  if (isCapturing(s)) return fail(cudaErrorStreamCaptureUnsupported);
   std::lock_guard<std::mutex> lock(s->mu);
   return s->completed == s->enqueued ? cudaSuccess : cudaErrorNotReady;  // not-ready is not a sticky error
 }
@@ -245,6 +260,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   Event* e = toEvent(event);
   if (e == nullptr || !isStream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (isCapturing(resolveStream(stream))) return fail(cudaErrorStreamCaptureUnsupported);  // not emulated
   uint64_t generation;
   {
     std::lock_guard<std::mutex> lock(e->mu);
@@ -282,6 +298,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
   Event* e = toEvent(event);
   if (e == nullptr || !isStream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (isCapturing(resolveStream(stream))) return fail(cudaErrorStreamCaptureUnsupported);  // not emulated
   uint64_t target;
   {
     std::lock_guard<std::mutex> lock(e->mu);
@@ -306,6 +323,63 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   }
   std::scoped_lock lock(a->mu, b->mu);
   *ms = static_cast<float>(b->timeNs - a->timeNs) / 1e6f;
+  return cudaSuccess;
+}
+
+// ---- graphs: stream capture and replay -------------------------------------
+// A graph is the captured work in capture order; replaying it enqueues the
+// same work (kernel arguments as copied at capture) on the launch stream.
+// Not emulated: events recorded or waited on during capture (an error),
+// graphs built node by node, updates of an instantiated graph.
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode) {
+  if (!isStream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
+    return fail(cudaErrorStreamCaptureUnsupported);  // the legacy stream cannot be captured
+  Stream* s = resolveStream(stream);
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (s->capture) return fail(cudaErrorIllegalState);
+  s->capture = std::make_unique<std::vector<std::function<void()>>>();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
+  if (!isStream(stream) || pGraph == nullptr) return fail(cudaErrorInvalidValue);
+  Stream* s = resolveStream(stream);
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (!s->capture) return fail(cudaErrorIllegalState);
+  *pGraph = reinterpret_cast<cudaGraph_t>(s->capture.release());
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus* status) {
+  if (!isStream(stream) || status == nullptr) return fail(cudaErrorInvalidValue);
+  *status = isCapturing(resolveStream(stream)) ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (exec == nullptr || graph == nullptr) return fail(cudaErrorInvalidValue);
+  auto* nodes = reinterpret_cast<std::vector<std::function<void()>>*>(graph);
+  *exec = reinterpret_cast<cudaGraphExec_t>(new std::vector<std::function<void()>>(*nodes));
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (exec == nullptr) return fail(cudaErrorInvalidValue);
+  if (!isStream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  for (const auto& work : *reinterpret_cast<std::vector<std::function<void()>>*>(exec))
+    enqueue(resolveStream(stream), work);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete reinterpret_cast<std::vector<std::function<void()>>*>(exec);  // work already enqueued holds copies
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete reinterpret_cast<std::vector<std::function<void()>>*>(graph);
   return cudaSuccess;
 }
 

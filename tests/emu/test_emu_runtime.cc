@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -129,6 +130,48 @@ TEST_CASE("Streams run in order; arguments are copied at launch", "[emu]") {
   CUDA_OK(cudaStreamSynchronize(s));
   CHECK(cudaStreamQuery(s) == cudaSuccess);
   for (int i = 0; i < n; ++i) REQUIRE(out[i] == i * 3 + 7);
+  CUDA_OK(cudaFree(dIn));
+  CUDA_OK(cudaFree(dOut));
+  CUDA_OK(cudaStreamDestroy(s));
+}
+
+TEST_CASE("Stream capture records work into a graph that replays it", "[emu]") {
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const int n = 300;
+  std::vector<int> in(n, 1), out(n, -1);
+  int* dIn = deviceAlloc<int>(n);
+  int* dOut = deviceAlloc<int>(n);
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_OK(cudaStreamIsCapturing(s, &status));
+  CHECK(status == cudaStreamCaptureStatusActive);
+  CUDA_OK(cudaMemcpyAsync(dIn, in.data(), n * sizeof(int), cudaMemcpyHostToDevice, s));
+  Scale scale{2, 1};
+  int count = n;
+  void* args[] = {&dIn, &dOut, &scale, &count};
+  CUDA_OK(cudaLaunchKernel(scaledKernel(), dim3(3), dim3(128), args, 0, s));
+  CUDA_OK(cudaMemcpyAsync(out.data(), dOut, n * sizeof(int), cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s) == cudaErrorStreamCaptureUnsupported);
+  (void)cudaGetLastError();
+  cudaGraph_t graph;
+  CUDA_OK(cudaStreamEndCapture(s, &graph));
+  CUDA_OK(cudaStreamIsCapturing(s, &status));
+  CHECK(status == cudaStreamCaptureStatusNone);
+  CUDA_OK(cudaStreamSynchronize(s));
+  CHECK(out[0] == -1);  // captured, not run
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 1; replay <= 3; ++replay) {
+    std::fill(in.begin(), in.end(), replay * 10);  // the copies read the buffers when they run
+    CUDA_OK(cudaGraphLaunch(exec, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    for (int i = 0; i < n; ++i) REQUIRE(out[i] == replay * 10 * 2 + 1);
+  }
+  CHECK(cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeGlobal) == cudaErrorStreamCaptureUnsupported);
+  (void)cudaGetLastError();
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
   CUDA_OK(cudaFree(dIn));
   CUDA_OK(cudaFree(dOut));
   CUDA_OK(cudaStreamDestroy(s));
