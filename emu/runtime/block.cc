@@ -11,11 +11,13 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -220,13 +222,26 @@ void sleepNs(unsigned ns) {
   else std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
 }
 
+// Blocks resident at once, like a GPU's limit on co-resident blocks: a
+// larger grid runs in waves (a kernel that makes blocks wait for blocks of a
+// later wave deadlocks here, as it may on a GPU).
+constexpr size_t kResidentBlocks = 256;
+
 void runGrid(const std::function<void()>& body, dim3 grid, dim3 block) {
-  std::vector<std::thread> threads;
+  std::vector<uint3> blocks;
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x)
-        threads.emplace_back(runBlock, std::cref(body), uint3{x, y, z}, block, grid);
-  for (auto& t : threads) t.join();
+      for (unsigned x = 0; x < grid.x; ++x) blocks.push_back(uint3{x, y, z});
+  for (size_t first = 0; first < blocks.size(); first += kResidentBlocks) {
+    std::vector<std::thread> threads;
+    const size_t end = std::min(blocks.size(), first + kResidentBlocks);
+    try {
+      for (size_t i = first; i < end; ++i) threads.emplace_back(runBlock, std::cref(body), blocks[i], block, grid);
+    } catch (const std::system_error& e) {
+      die(std::string("cannot start a thread for a block: ") + e.what());
+    }
+    for (auto& t : threads) t.join();
+  }
 }
 
 }  // namespace plait_emu

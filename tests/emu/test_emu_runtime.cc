@@ -88,6 +88,22 @@ TEST_CASE("Shared memory and barriers: a tree reduction per block", "[emu]") {
   }
 }
 
+TEST_CASE("A grid larger than the resident-block limit runs in waves", "[emu]") {
+  const unsigned blocks = 700, threads = 2;
+  std::vector<int> in(blocks * threads);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int>(i);
+  int* dIn = deviceAlloc<int>(in.size());
+  int* dOut = deviceAlloc<int>(blocks);
+  CUDA_OK(cudaMemcpy(dIn, in.data(), in.size() * sizeof(int), cudaMemcpyHostToDevice));
+  void* args[] = {&dIn, &dOut};
+  CUDA_OK(cudaLaunchKernel(blockSumKernel(), dim3(blocks), dim3(threads), args, 0, nullptr));
+  std::vector<int> out(blocks);
+  CUDA_OK(cudaMemcpy(out.data(), dOut, blocks * sizeof(int), cudaMemcpyDeviceToHost));
+  for (unsigned b = 0; b < blocks; ++b) REQUIRE(out[b] == static_cast<int>(4 * b + 1));
+  CUDA_OK(cudaFree(dIn));
+  CUDA_OK(cudaFree(dOut));
+}
+
 TEST_CASE("threadIdx and blockIdx cover 3-D blocks exactly once", "[emu]") {
   const dim3 block(4, 3, 2);
   const unsigned blocks = 3, per = 4 * 3 * 2;
