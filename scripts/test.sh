@@ -17,7 +17,7 @@ if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then
   # runtime: only the targets the emulation tests need are built. It needs
   # the CUDA toolkit's headers (not a GPU, not libcudart).
   if [[ -f /usr/local/cuda/include/cuda_runtime_api.h ]] || command -v nvcc >/dev/null; then
-    EMU_TARGETS="device_compile_check test_emu_runtime emu_fault_check"
+    EMU_TARGETS="device_compile_check test_emu_runtime emu_fault_check test_emu_device_buffers"
     BUILD_DIR="$ROOT/build-emu" TARGETS="$EMU_TARGETS" \
       "$ROOT/scripts/build.sh" -DPLAIT_DEVICE_EMULATION=ON -DPLAIT_BUILD_PERF=OFF
     (cd "$ROOT/build-emu" && ctest --output-on-failure --timeout 900 -L emu)

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "algorithms/types.h"
+#include "base/cuda_probe.h"
 #include "base/log.h"
 #include "base/no_throw.h"
 #include "core/host_stream.h"
@@ -80,6 +81,11 @@ Status checkRoot(int root, int nranks, const char* name) {
 
 Status checkBuffer(const void* ptr, size_t count, const char* name) {
   if (count > 0 && ptr == nullptr) return invalidArgument(std::string(name) + " is NULL with count > 0");
+  // The executor runs on host memory: a device pointer would be dereferenced
+  // by the CPU (a crash on a GPU machine).
+  if (count > 0 && cuda::isDeviceMemory(ptr))
+    return invalidArgument(std::string(name) + " is CUDA device memory; this build of Plait runs collectives on "
+                           "host memory only (the CUDA executor is not built yet)");
   return Status::ok();
 }
 

@@ -1,0 +1,67 @@
+#include "base/cuda_probe.h"
+
+#include <dlfcn.h>
+
+#include <cstdint>
+
+namespace plait::cuda {
+namespace {
+
+// The start of the runtime's cudaPointerAttributes (CUDA 11 and later: type,
+// device, devicePointer, hostPointer), with room for what later versions add.
+struct RuntimePointerAttributes {
+  int type;  // cudaMemoryType: 0 unregistered, 1 host, 2 device, 3 managed
+  int device;
+  void* devicePointer;
+  void* hostPointer;
+  long reserved[32];
+};
+using RuntimeQuery = int (*)(RuntimePointerAttributes*, const void*);
+using RuntimeClearError = int (*)();
+using DriverQuery = int (*)(void* data, int attribute, uintptr_t ptr);
+constexpr int kRuntimeDevice = 2, kRuntimeManaged = 3;
+constexpr int kDriverMemoryTypeAttribute = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr unsigned kDriverDevice = 2, kDriverUnified = 4;
+
+struct Probe {
+  RuntimeQuery runtime = nullptr;
+  RuntimeClearError clearError = nullptr;
+  DriverQuery driver = nullptr;
+};
+
+const Probe& probe() {
+  static const Probe p = [] {
+    Probe q;
+    q.runtime = reinterpret_cast<RuntimeQuery>(::dlsym(RTLD_DEFAULT, "cudaPointerGetAttributes"));
+    q.clearError = reinterpret_cast<RuntimeClearError>(::dlsym(RTLD_DEFAULT, "cudaGetLastError"));
+    if (q.runtime == nullptr) {
+      if (void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD))  // only if already loaded
+        q.driver = reinterpret_cast<DriverQuery>(::dlsym(driver, "cuPointerGetAttribute"));
+    }
+    return q;
+  }();
+  return p;
+}
+
+}  // namespace
+
+bool isDeviceMemory(const void* ptr) {
+  const Probe& p = probe();
+  if (ptr == nullptr) return false;
+  if (p.runtime != nullptr) {
+    RuntimePointerAttributes a{};
+    if (p.runtime(&a, ptr) != 0) {
+      if (p.clearError != nullptr) p.clearError();  // old runtimes fail for plain host memory
+      return false;
+    }
+    return a.type == kRuntimeDevice || a.type == kRuntimeManaged;
+  }
+  if (p.driver != nullptr) {
+    unsigned type = 0;
+    if (p.driver(&type, kDriverMemoryTypeAttribute, reinterpret_cast<uintptr_t>(ptr)) != 0) return false;
+    return type == kDriverDevice || type == kDriverUnified;
+  }
+  return false;
+}
+
+}  // namespace plait::cuda
