@@ -30,6 +30,7 @@ struct ncclComm {
   plait::Status initError;
   int rank = -1;
   int nranks = 0;
+  int cudaDev = -1;  // the CUDA device current when it was created; -1 without CUDA
   bool blocking = true;
   struct UserOp {
     bool live = false;

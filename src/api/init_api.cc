@@ -4,6 +4,7 @@
 
 #include "api/api_util.h"
 #include "base/config.h"
+#include "base/cuda_probe.h"
 #include "base/log.h"
 #include "base/no_throw.h"
 #include "core/bootstrap.h"
@@ -72,6 +73,7 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, nc
   auto* shell = new ncclComm();
   shell->rank = rank;
   shell->nranks = nranks;
+  shell->cudaDev = plait::cuda::currentDevice();  // as NCCL: the caller's current device
   shell->blocking = options.blocking;
   shell->impl = std::make_unique<plait::Communicator>(rank, nranks);
   if (plait::group::active()) {  // created at the outermost ncclGroupEnd, with the group's other ranks
@@ -166,14 +168,41 @@ PLAIT_API(ncclResult_t, CommInitRankScalable,
   return initRank(newcomm, nranks, commIds[0], myrank, config, "ncclCommInitRankScalable");
 } PLAIT_API_END
 
+namespace {
+
+// ncclCommInitAll's devices exist (checked before any rank starts, so a bad
+// entry cannot leave the others waiting for it).
+Status checkDevlist(bool cuda, int ndev, const int* devlist) {
+  if (!cuda) return Status::ok();  // host ranks: the list only labels them
+  const int devices = plait::cuda::deviceCount();
+  for (int i = 0; i < ndev; ++i) {
+    const int device = devlist != nullptr ? devlist[i] : i;
+    if (device < 0 || device >= devices)
+      return plait::invalidArgument((devlist != nullptr ? "devlist[" + std::to_string(i) + "] = " : "device ") +
+                                    std::to_string(device) + " is not a CUDA device of this process (" +
+                                    std::to_string(devices) + " visible)");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 PLAIT_API(ncclResult_t, CommInitAll, (ncclComm_t * comms, int ndev, const int* devlist)) {
   const char* call = "ncclCommInitAll";
   if (comms == nullptr) return fail(plait::invalidArgument("comm (the output array) is NULL"), call);
   if (ndev < 1) return fail(plait::invalidArgument("ndev is " + std::to_string(ndev) + "; must be ≥ 1"), call);
+  // With a CUDA runtime in the process, rank i's communicator belongs to
+  // devlist[i] (the first ndev devices when devlist is NULL), as in NCCL.
+  const bool cuda = plait::cuda::runtimeLoaded();
+  if (Status s = checkDevlist(cuda, ndev, devlist); !s.isOk()) return fail(s, call);
   ncclUniqueId id;
   if (ncclResult_t r = pncclGetUniqueId(&id); r != ncclSuccess) return r;
   for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
   const std::vector<Status> results = plait::runConcurrently(static_cast<size_t>(ndev), [&](size_t i) {
+    const int device = devlist != nullptr ? devlist[i] : static_cast<int>(i);
+    if (cuda && !plait::cuda::setCurrentDevice(device))
+      return plait::invalidArgument("devlist[" + std::to_string(i) + "] = " + std::to_string(device) +
+                                    " is not a CUDA device of this process");
     if (initRank(&comms[i], ndev, id, static_cast<int>(i), nullptr, call) == ncclSuccess) return Status::ok();
     return plait::Status(plait::Code::kInvalidUsage, plait::api::lastError());
   });
@@ -186,7 +215,6 @@ PLAIT_API(ncclResult_t, CommInitAll, (ncclComm_t * comms, int ndev, const int* d
       }
     return fail(plait::Status(results[i].code(), "rank " + std::to_string(i) + ": " + results[i].message()), call);
   }
-  (void)devlist;  // host ranks have no devices; the list only labels them
   return ncclSuccess;
 } PLAIT_API_END
 

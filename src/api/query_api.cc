@@ -69,7 +69,7 @@ PLAIT_API(ncclResult_t, CommCount, (const ncclComm_t comm, int* count)) {
 
 // Host communicators have no CUDA device: the answer is -1.
 PLAIT_API(ncclResult_t, CommCuDevice, (const ncclComm_t comm, int* device)) {
-  return query(comm, device, "ncclCommCuDevice", [&] { *device = -1; });
+  return query(comm, device, "ncclCommCuDevice", [&] { *device = comm->cudaDev; });
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommUserRank, (const ncclComm_t comm, int* rank)) {

@@ -18,6 +18,9 @@ struct RuntimePointerAttributes {
 };
 using RuntimeQuery = int (*)(RuntimePointerAttributes*, const void*);
 using RuntimeClearError = int (*)();
+using RuntimeGetDevice = int (*)(int*);
+using RuntimeSetDevice = int (*)(int);
+using RuntimeDeviceCount = int (*)(int*);
 using DriverQuery = int (*)(void* data, int attribute, uintptr_t ptr);
 constexpr int kRuntimeDevice = 2, kRuntimeManaged = 3;
 constexpr int kDriverMemoryTypeAttribute = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
@@ -26,6 +29,9 @@ constexpr unsigned kDriverDevice = 2, kDriverUnified = 4;
 struct Probe {
   RuntimeQuery runtime = nullptr;
   RuntimeClearError clearError = nullptr;
+  RuntimeGetDevice getDevice = nullptr;
+  RuntimeSetDevice setDevice = nullptr;
+  RuntimeDeviceCount deviceCount = nullptr;
   DriverQuery driver = nullptr;
 };
 
@@ -34,6 +40,9 @@ const Probe& probe() {
     Probe q;
     q.runtime = reinterpret_cast<RuntimeQuery>(::dlsym(RTLD_DEFAULT, "cudaPointerGetAttributes"));
     q.clearError = reinterpret_cast<RuntimeClearError>(::dlsym(RTLD_DEFAULT, "cudaGetLastError"));
+    q.getDevice = reinterpret_cast<RuntimeGetDevice>(::dlsym(RTLD_DEFAULT, "cudaGetDevice"));
+    q.setDevice = reinterpret_cast<RuntimeSetDevice>(::dlsym(RTLD_DEFAULT, "cudaSetDevice"));
+    q.deviceCount = reinterpret_cast<RuntimeDeviceCount>(::dlsym(RTLD_DEFAULT, "cudaGetDeviceCount"));
     if (q.runtime == nullptr) {
       if (void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD))  // only if already loaded
         q.driver = reinterpret_cast<DriverQuery>(::dlsym(driver, "cuPointerGetAttribute"));
@@ -62,6 +71,40 @@ bool isDeviceMemory(const void* ptr) {
     return type == kDriverDevice || type == kDriverUnified;
   }
   return false;
+}
+
+bool runtimeLoaded() { return probe().getDevice != nullptr; }
+
+int deviceCount() {
+  const Probe& p = probe();
+  int n = 0;
+  if (p.deviceCount == nullptr) return 0;
+  if (p.deviceCount(&n) != 0) {
+    if (p.clearError != nullptr) p.clearError();
+    return 0;
+  }
+  return n;
+}
+
+int currentDevice() {
+  const Probe& p = probe();
+  int device = -1;
+  if (p.getDevice == nullptr) return -1;
+  if (p.getDevice(&device) != 0) {
+    if (p.clearError != nullptr) p.clearError();
+    return -1;
+  }
+  return device;
+}
+
+bool setCurrentDevice(int device) {
+  const Probe& p = probe();
+  if (p.setDevice == nullptr) return false;
+  if (p.setDevice(device) != 0) {
+    if (p.clearError != nullptr) p.clearError();
+    return false;
+  }
+  return true;
 }
 
 }  // namespace plait::cuda

@@ -17,4 +17,19 @@ namespace plait::cuda {
 // leaves the CUDA runtime's last error as it found it.
 bool isDeviceMemory(const void* ptr);
 
+// The calling thread's current CUDA device (cudaGetDevice), or -1 when no
+// CUDA runtime is loaded or it has no device.
+int currentDevice();
+
+// Makes `device` the calling thread's current CUDA device (cudaSetDevice).
+// False when no runtime is loaded or the runtime refuses the ordinal (its
+// last error is left as it was).
+bool setCurrentDevice(int device);
+
+// Whether a CUDA runtime is loaded in the process.
+bool runtimeLoaded();
+
+// The number of CUDA devices the loaded runtime sees (0 without one).
+int deviceCount();
+
 }  // namespace plait::cuda

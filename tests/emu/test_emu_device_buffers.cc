@@ -1,7 +1,8 @@
-// Plait's collectives given CUDA device buffers, in a process that runs the
-// (emulated) CUDA runtime. Until the CUDA executor exists, a device buffer
-// must be an ncclInvalidArgument naming it, never a CPU dereference (on a GPU
-// machine: a crash); pinned and registered host memory keeps working.
+// Plait's C API in a process that runs the (emulated) CUDA runtime. Until
+// the CUDA executor exists, a device buffer must be an ncclInvalidArgument
+// naming it, never a CPU dereference (on a GPU machine: a crash); pinned and
+// registered host memory keeps working. Communicators know their device as
+// NCCL's do: the caller's current device, or devlist[i] for ncclCommInitAll.
 #include <cuda_runtime_api.h>
 
 #include <catch2/catch.hpp>
@@ -53,4 +54,33 @@ TEST_CASE("Device buffers are refused by name; host, pinned and registered memor
   CHECK(cudaFreeHost(pinned) == cudaSuccess);
   CHECK(cudaFree(dev) == cudaSuccess);
   CHECK(ncclCommDestroy(comm) == ncclSuccess);
+}
+
+TEST_CASE("ncclCommCuDevice: the creating thread's device; ncclCommInitAll follows devlist", "[emu]") {
+  REQUIRE(cudaSetDevice(5) == cudaSuccess);
+  ncclComm_t comm = soloComm();
+  int dev = -1;
+  CHECK(ncclCommCuDevice(comm, &dev) == ncclSuccess);
+  CHECK(dev == 5);
+  CHECK(ncclCommDestroy(comm) == ncclSuccess);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+
+  ncclComm_t comms[4];
+  const int devlist[4] = {3, 1, 2, 0};
+  REQUIRE(ncclCommInitAll(comms, 4, devlist) == ncclSuccess);
+  for (int i = 0; i < 4; ++i) {
+    CHECK(ncclCommCuDevice(comms[i], &dev) == ncclSuccess);
+    CHECK(dev == devlist[i]);
+    CHECK(ncclCommDestroy(comms[i]) == ncclSuccess);
+  }
+  REQUIRE(ncclCommInitAll(comms, 3, nullptr) == ncclSuccess);  // the first 3 devices
+  for (int i = 0; i < 3; ++i) {
+    CHECK(ncclCommCuDevice(comms[i], &dev) == ncclSuccess);
+    CHECK(dev == i);
+    CHECK(ncclCommDestroy(comms[i]) == ncclSuccess);
+  }
+  const int bad[2] = {0, 99};
+  CHECK(ncclCommInitAll(comms, 2, bad) == ncclInvalidArgument);
+  CHECK(lastErrorSays("devlist[1] = 99 is not a CUDA device"));
+  CHECK(cudaGetLastError() == cudaSuccess);
 }
