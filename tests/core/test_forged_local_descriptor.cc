@@ -18,10 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "base/clock.h"
 #include "base/config.h"
-#include "core/bootstrap.h"
-#include "core/comm.h"
+#include "forged_peer.h"
 #include "transport/fifo.h"
 #include "transport/line_fifo.h"
 
@@ -29,16 +27,7 @@ using namespace plait;
 
 namespace {
 
-Task p2pTask(CollType coll, void* buf, size_t bytes, int peer) {
-  Task t;
-  t.coll = coll;
-  t.sendbuff = buf;
-  t.recvbuff = buf;
-  t.count = bytes;
-  t.type = ncclInt8;
-  t.peer = peer;
-  return t;
-}
+using test::p2pTask;
 
 // Where this process mapped the shared segment created by `pid` (null if none).
 char* mappingOf(pid_t pid) {
@@ -58,18 +47,6 @@ FifoControl* p2pFifoFromRank1(char* base) {
   const size_t line = align(sizeof(LineFifoMemory));
   const size_t p2p = align(FifoShape{8, 64 << 10}.totalBytes());
   return reinterpret_cast<FifoControl*>(base + 1 * ring + 2 * mesh + 2 * line + 1 * p2p);
-}
-
-int receiver(const ncclUniqueId& id, int out) {
-  Communicator comm(0, 2);
-  Status s = comm.init(id, CommOptions{});
-  if (s.isOk()) {
-    std::vector<char> buf(4096, 0);
-    s = comm.runGroup({p2pTask(CollType::kRecv, buf.data(), buf.size(), 1)});
-  }
-  const std::string text = s.toString();
-  (void)!write(out, text.c_str(), text.size());
-  return 0;
 }
 
 int forger(const ncclUniqueId& id, pid_t victim) {
@@ -110,32 +87,9 @@ TEST_CASE("a local peer's forged single-copy descriptor fails the receive naming
   config::resetAll();
   auto id = createUniqueId();
   REQUIRE(id.isOk());
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  const pid_t rank0 = fork();
-  if (rank0 == 0) {
-    close(fds[0]);
-    _exit(receiver(id.value(), fds[1]));
-  }
-  close(fds[1]);
-  const pid_t rank1 = fork();
-  if (rank1 == 0) _exit(forger(id.value(), rank0));
-
-  std::string text;
-  char buf[512];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int st0 = 0, st1 = 0;
-  waitpid(rank0, &st0, 0);
-  const Deadline until = Deadline::afterMs(20000);
-  while (waitpid(rank1, &st1, WNOHANG) == 0) {
-    if (until.expired()) {
-      kill(rank1, SIGKILL);
-      waitpid(rank1, &st1, 0);
-      break;
-    }
-    usleep(10000);
-  }
+  const test::ForgedPair r = test::runForgedPair(id.value(), test::receiveFromRank1, forger);
+  const std::string& text = r.text;
+  const int st0 = r.status0, st1 = r.status1;
   unsetenv("PLAIT_P2P_CMA");
   unsetenv("PLAIT_NCHANNELS");
   config::resetAll();

@@ -15,39 +15,20 @@
 #include <string>
 #include <vector>
 
-#include "base/clock.h"
 #include "base/config.h"
-#include "core/bootstrap.h"
-#include "core/comm.h"
+#include "forged_peer.h"
 
 using namespace plait;
 
 namespace {
 
-Task p2pTask(CollType coll, void* buf, size_t bytes, int peer) {
-  Task t;
-  t.coll = coll;
-  t.sendbuff = buf;
-  t.recvbuff = buf;
-  t.count = bytes;
-  t.type = ncclInt8;
-  t.peer = peer;
-  return t;
-}
+using test::p2pTask;
 
-// Rank 0: receives 4096 bytes from rank 1; writes its status text to `out`.
+// Rank 0, on its own pretend host.
 int receiver(const ncclUniqueId& id, int out) {
   setenv("PLAIT_HOSTID", "forge-host-a", 1);
   config::resetAll();
-  Communicator comm(0, 2);
-  Status s = comm.init(id, CommOptions{});
-  if (s.isOk()) {
-    std::vector<char> buf(4096, 0);
-    s = comm.runGroup({p2pTask(CollType::kRecv, buf.data(), buf.size(), 1)});
-  }
-  const std::string text = s.toString();
-  (void)!write(out, text.c_str(), text.size());
-  return 0;
+  return test::receiveFromRank1(id, out);
 }
 
 // Rank 1: sends the forged descriptor, then waits on a receive rank 0 never
@@ -78,32 +59,9 @@ TEST_CASE("a forged single-copy flag over TCP fails the receive naming the sende
   config::resetAll();
   auto id = createUniqueId();
   REQUIRE(id.isOk());
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  const pid_t rank0 = fork();
-  if (rank0 == 0) {
-    close(fds[0]);
-    _exit(receiver(id.value(), fds[1]));
-  }
-  close(fds[1]);
-  const pid_t rank1 = fork();
-  if (rank1 == 0) _exit(sender(id.value(), rank0));
-
-  std::string text;
-  char buf[512];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int st0 = 0, st1 = 0;
-  waitpid(rank0, &st0, 0);
-  const Deadline until = Deadline::afterMs(20000);
-  while (waitpid(rank1, &st1, WNOHANG) == 0) {
-    if (until.expired()) {
-      kill(rank1, SIGKILL);
-      waitpid(rank1, &st1, 0);
-      break;
-    }
-    usleep(10000);
-  }
+  const test::ForgedPair r = test::runForgedPair(id.value(), receiver, sender);
+  const std::string& text = r.text;
+  const int st0 = r.status0, st1 = r.status1;
   INFO("rank 0 status " << st0 << ", rank 1 status " << st1 << ": " << text);
   REQUIRE(WIFEXITED(st0));  // b3b9f8d: killed by SIGSEGV
   CHECK_THAT(text, Catch::StartsWith("RemoteError") && Catch::Contains("rank 1: sent an invalid step size word") &&

@@ -1,0 +1,84 @@
+// forged_peer.h — what the forged-step tests share: rank 0 receives from
+// rank 1 in one forked process while a hostile rank 1 runs in another, and
+// the test reads rank 0's status text and both exit statuses.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/config.h"
+#include "core/bootstrap.h"
+#include "core/comm.h"
+
+namespace plait::test {
+
+inline Task p2pTask(CollType coll, void* buf, size_t bytes, int peer) {
+  Task t;
+  t.coll = coll;
+  t.sendbuff = buf;
+  t.recvbuff = buf;
+  t.count = bytes;
+  t.type = ncclInt8;
+  t.peer = peer;
+  return t;
+}
+
+// Rank 0: receives 4096 bytes from rank 1; writes its status text to `out`.
+inline int receiveFromRank1(const ncclUniqueId& id, int out) {
+  Communicator comm(0, 2);
+  Status s = comm.init(id, CommOptions{});
+  if (s.isOk()) {
+    std::vector<char> buf(4096, 0);
+    s = comm.runGroup({p2pTask(CollType::kRecv, buf.data(), buf.size(), 1)});
+  }
+  const std::string text = s.toString();
+  (void)!write(out, text.c_str(), text.size());
+  return 0;
+}
+
+struct ForgedPair {
+  std::string text;  // rank 0's status
+  int status0 = 0;   // waitpid statuses
+  int status1 = 0;
+};
+
+// Forks rank 0 (receiver(id, fd) writes its status text to fd) and rank 1
+// (attacker(id, rank 0's pid)), waits for rank 0, then up to 20 s for rank 1
+// (killed after that).
+inline ForgedPair runForgedPair(const ncclUniqueId& id, const std::function<int(const ncclUniqueId&, int)>& receiver,
+                                const std::function<int(const ncclUniqueId&, pid_t)>& attacker) {
+  ForgedPair r;
+  int fds[2];
+  if (pipe(fds) != 0) return r;
+  const pid_t rank0 = fork();
+  if (rank0 == 0) {
+    close(fds[0]);
+    _exit(receiver(id, fds[1]));
+  }
+  close(fds[1]);
+  const pid_t rank1 = fork();
+  if (rank1 == 0) _exit(attacker(id, rank0));
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) r.text.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  waitpid(rank0, &r.status0, 0);
+  const Deadline until = Deadline::afterMs(20000);
+  while (waitpid(rank1, &r.status1, WNOHANG) == 0) {
+    if (until.expired()) {
+      kill(rank1, SIGKILL);
+      waitpid(rank1, &r.status1, 0);
+      break;
+    }
+    usleep(10000);
+  }
+  return r;
+}
+
+}  // namespace plait::test
