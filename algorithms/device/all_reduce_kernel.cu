@@ -27,6 +27,7 @@ __device__ void allReduceChannel(const DeviceWork& work, DevicePrimitivesShared*
   size_t begin = 0, end = 0;
   channelPart(work.count, static_cast<int>(gridDim.x), channel, work.alignElems, &begin, &end);
   if (begin == end) return;  // uniform across the block
+  const RedOp op = deviceRedOp(work);
   const char* input = static_cast<const char*>(work.sendbuff) + begin * sizeof(T);
   char* output = static_cast<char*>(work.recvbuff) + begin * sizeof(T);
 
@@ -37,14 +38,14 @@ __device__ void allReduceChannel(const DeviceWork& work, DevicePrimitivesShared*
     p.count = end - begin;
     p.preOpSrc0 = true;
     p.postOp = true;
-    blockReduceCopy(Fn(work.op), p);
+    blockReduceCopy(Fn(op), p);
     return;
   }
 
   DevicePrimitivesConfig pc;
   pc.recv = work.channels[channel].recv;
   pc.send = work.channels[channel].send;
-  pc.op = work.op;
+  pc.op = op;
   pc.sliceBytes = work.sliceBytes;
   pc.abortFlag = work.abortFlag;
   pc.timeoutCycles = work.timeoutCycles;

@@ -75,6 +75,20 @@ cudaError_t launchCollective(const DeviceWork& work, int nChannels, cudaStream_t
 // (and AllReduce its own, allReduceKernelFor's).
 const void* collectiveKernelFor(DeviceColl coll, ncclDataType_t type);
 
+// Why `work` cannot run ("too many operations", ...), or nullptr. Checks the
+// plain data only.
+const char* validateDeviceP2pWork(const DeviceP2pWork& work);
+
+// Enqueues a group's point-to-point operations on `stream`: work.nLanes
+// thread blocks, block l running the operations of lane l in order (a send
+// streams its bytes through the FIFO in slices of work.sliceBytes; a receive
+// takes them, checking each step's size; a copy is a local copy). Returns
+// cudaErrorInvalidValue when validateDeviceP2pWork rejects `work`,
+// cudaSuccess without launching when there is nothing to move, else the
+// launch's own error. Failures stop the lane and are reported in
+// work.laneStatus, as launchCollective's channels do.
+cudaError_t launchP2p(const DeviceP2pWork& work, cudaStream_t stream);
+
 // Stores in *cycles about `ms` milliseconds of clock64() on `device` (its peak
 // clock rate; the SM clock may run slower, which only lengthens the time-out).
 // Returns the error of the attribute query.

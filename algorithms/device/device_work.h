@@ -114,6 +114,9 @@ struct DeviceWork {
   ncclDataType_t type = ncclFloat32;
   size_t elemSize = 4;             // must equal typeSize(type)
   RedOp op;                        // resolved (makeRedOp / makePreMulSumOp)
+  // PreMulSum with a device-resident scalar (ncclScalarDevice): elemSize
+  // bytes the kernel reads when it starts, replacing op.scalar; null: none.
+  const void* scalarPtr = nullptr;
   int nranks = 1;
   // RingAllReduceArgs::chunkElems (a multiple of alignElems) or
   // RingArgs::chunkElems; for AllGather and ReduceScatter at most half a
@@ -138,6 +141,61 @@ struct DeviceWork {
 // Passed by value as the kernel's parameter (__grid_constant__): stay within
 // the classic 4 KiB parameter limit.
 static_assert(sizeof(DeviceWork) <= 4096);
+
+// Point-to-point (DESIGN.md §3): a group's sends and receives on device
+// buffers run as one launch, so that no rank's send waits for a receive its
+// peer would only start in a later launch. Operations on the same lane run in
+// order by one thread block (a FIFO has one producer and one consumer: every
+// send to a peer shares a lane, every receive from it another); lanes run
+// concurrently.
+enum class DeviceP2pKind : uint8_t {
+  kSend,      // buff -> the peer's FIFO
+  kRecv,      // our FIFO from the peer -> buff
+  kCopy,      // buff -> the next op's buff (a local copy: the next op is its kCopyDst)
+  kCopyDst,   // the destination of the kCopy before it; runs nothing itself
+};
+// Operations one launch carries (the kernel parameters hold them: 24 bytes each).
+constexpr int kMaxDeviceP2pOps = 160;
+
+struct DeviceP2pOp {
+  void* buff = nullptr;   // kSend, kCopy: source; kRecv, kCopyDst: destination (device memory)
+  uint64_t bytes = 0;
+  int32_t peer = -1;      // kSend, kRecv: index into the FIFO tables
+  uint16_t lane = 0;      // the thread block that runs it, [0, nLanes)
+  DeviceP2pKind kind = DeviceP2pKind::kCopy;
+};
+static_assert(sizeof(DeviceP2pOp) == 24);
+
+struct DeviceP2pWork {
+  int nOps = 0;
+  int nLanes = 0;             // thread blocks of the launch
+  uint64_t sliceBytes = 0;    // bytes per FIFO step, the same on both ends; ≤ every FIFO's stepBytes
+  uint32_t* abortFlag = nullptr;
+  uint64_t timeoutCycles = 0;
+  // kMaxDeviceChannels words: lane l reports a failure in word l % kMaxDeviceChannels.
+  uint32_t* laneStatus = nullptr;
+  // Device-visible tables indexed by peer (nranks entries each): the FIFO to
+  // that peer (its memory, mapped here) and the FIFO from it (ours). They
+  // live as long as the communicator, so a captured graph may replay them.
+  const DeviceFifo* sendFifos = nullptr;
+  const DeviceFifo* recvFifos = nullptr;
+  int nranks = 0;
+  DeviceP2pOp ops[kMaxDeviceP2pOps];
+};
+static_assert(sizeof(DeviceP2pWork) <= 4096);
+
+// The operator as the kernel applies it: work.op with the scalar read from
+// work.scalarPtr when there is one (device code reads device memory there).
+PLAIT_HOST_DEVICE inline RedOp deviceRedOp(const DeviceWork& w) {
+  RedOp op = w.op;
+  if (w.scalarPtr != nullptr) {
+    op.scalar = 0;
+    const unsigned char* from = static_cast<const unsigned char*>(w.scalarPtr);
+    unsigned char* to = reinterpret_cast<unsigned char*>(&op.scalar);  // little-endian: the low bytes
+    for (size_t i = 0; i < w.elemSize && i < sizeof(op.scalar); ++i) to[i] = from[i];
+  }
+  return op;
+}
 
 // The RingArgs with which channel `channel` of nChannels runs `work` (not
 // AllReduce), built exactly as src/core/collectives.cc's

@@ -178,5 +178,13 @@ __device__ inline void blockReduceCopy(const Fn& fn, const ReduceCopyPtrs& p) {
   }
 }
 
+// The copy "operator" of the data-moving collectives and of point-to-point:
+// bytes, no pre- or post-op. The copy verbs never reduce; reduce() exists
+// because DevicePrimitives compiles one pass for every verb.
+struct FuncCopyBytes : FuncBase<uint8_t> {
+  __device__ explicit FuncCopyBytes(const RedOp& = {}) {}
+  __device__ PLAIT_INLINE Acc reduce(Acc, Acc b) const { return b; }
+};
+
 }  // namespace device
 }  // namespace plait

@@ -30,14 +30,6 @@ namespace plait {
 namespace device {
 namespace {
 
-// The copy "operator" of the data-moving collectives: bytes, no pre- or
-// post-op. The copy verbs never reduce; reduce() exists because
-// DevicePrimitives compiles one pass for every verb.
-struct FuncCopyBytes : FuncBase<uint8_t> {
-  __device__ explicit FuncCopyBytes(const RedOp& = {}) {}
-  __device__ PLAIT_INLINE Acc reduce(Acc, Acc b) const { return b; }
-};
-
 // One rank: the collective is a copy of this channel's part (with the
 // operator's pre- and post-op for the reductions), as the host's runLocalCopy.
 template <class Fn>
@@ -48,7 +40,7 @@ __device__ void localCopy(const DeviceWork& work, const RingArgs& a) {
   p.count = a.count;
   p.preOpSrc0 = true;  // ignored by functors without a pre-op (FuncCopyBytes: a byte copy)
   p.postOp = true;
-  blockReduceCopy(Fn(work.op), p);
+  blockReduceCopy(Fn(deviceRedOp(work)), p);
 }
 
 // Runs `work`'s schedule for channel blockIdx.x with the functor Fn: the
@@ -68,7 +60,7 @@ __device__ void ringChannel(const DeviceWork& work, int* ring, DevicePrimitivesS
   DevicePrimitivesConfig pc;
   pc.recv = work.channels[channel].recv;
   pc.send = work.channels[channel].send;
-  pc.op = kReduction ? work.op : RedOp{};
+  pc.op = kReduction ? deviceRedOp(work) : RedOp{};
   pc.sliceBytes = work.sliceBytes;
   pc.abortFlag = work.abortFlag;
   pc.timeoutCycles = work.timeoutCycles;

@@ -4,6 +4,7 @@
 // capability 9.0, 132 multiprocessors, a 1 GHz clock (clock64() counts
 // nanoseconds), 80 GiB, PCI bus id 0000:<device+1>:00.0, peers can access
 // each other.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,7 @@ constexpr int kMaxThreadsPerBlock = 1024;
 constexpr int kClockKHz = 1000000;
 
 std::mutex gKernelsMu;
+std::atomic<uint64_t> gKernelsLaunched{0};
 std::map<const void*, KernelBinder>& kernels() {
   static auto* table = new std::map<const void*, KernelBinder>();
   return *table;
@@ -210,6 +212,14 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
   return cudaSuccess;
 }
 
+}  // extern "C"
+
+namespace plait_emu {
+uint64_t kernelsLaunched() { return gKernelsLaunched.load(std::memory_order_relaxed); }
+}  // namespace plait_emu
+
+extern "C" {
+
 cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args, size_t sharedMem,
                              cudaStream_t stream) {
   KernelBinder bind = findKernel(func);
@@ -220,6 +230,7 @@ cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void
     return fail(cudaErrorInvalidConfiguration);
   if (!isStream(stream)) return fail(cudaErrorInvalidResourceHandle);
   std::function<void()> body = bind(func, args);  // copies the arguments now
+  gKernelsLaunched.fetch_add(1, std::memory_order_relaxed);
   enqueue(resolveStream(stream), [body = std::move(body), gridDim, blockDim] { runGrid(body, gridDim, blockDim); });
   return cudaSuccess;
 }

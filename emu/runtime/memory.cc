@@ -72,12 +72,17 @@ bool findAllocation(const void* p, Allocation* out) {
 
 using namespace plait_emu;
 
+// What each emulated device reports as its memory (an H100's 80 GiB); one
+// allocation cannot exceed it. Pages are only used when touched.
+constexpr size_t kDeviceMemoryBytes = size_t(80) << 30;
+
 extern "C" {
 
 cudaError_t cudaMalloc(void** devPtr, size_t size) {
   if (devPtr == nullptr) return fail(cudaErrorInvalidValue);
   *devPtr = nullptr;
   if (size == 0) return cudaSuccess;
+  if (size > kDeviceMemoryBytes) return fail(cudaErrorMemoryAllocation);  // more than a device has
   int fd = ::memfd_create("plait-emu-device-memory", MFD_CLOEXEC);
   if (fd < 0) return fail(cudaErrorMemoryAllocation);
   if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
@@ -193,7 +198,7 @@ cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
 
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   if (free == nullptr || total == nullptr) return fail(cudaErrorInvalidValue);
-  *total = size_t(80) << 30;
+  *total = kDeviceMemoryBytes;
   size_t used = 0;
   {
     std::lock_guard<std::mutex> lock(gMemMu);

@@ -81,21 +81,50 @@ Status checkRoot(int root, int nranks, const char* name) {
 
 Status checkBuffer(const void* ptr, size_t count, const char* name) {
   if (count > 0 && ptr == nullptr) return invalidArgument(std::string(name) + " is NULL with count > 0");
-  // The executor runs on host memory: a device pointer would be dereferenced
-  // by the CPU (a crash on a GPU machine).
-  if (count > 0 && cuda::isDeviceMemory(ptr))
-    return invalidArgument(std::string(name) + " is CUDA device memory; this build of Plait runs collectives on "
-                           "host memory only (the CUDA executor is not built yet)");
   return Status::ok();
 }
 
-Status checkStream(cudaStream_t stream, HostStream** out) {
-  *out = nullptr;
-  if (stream == nullptr) return Status::ok();
-  *out = HostStream::fromHandle(stream);
-  if (*out == nullptr)
-    return invalidArgument("stream is not a Plait host stream (this build runs on host memory; pass NULL to block, "
-                           "or a stream from plait::HostStream)");
+Status placeTask(ncclComm_t comm, const std::vector<UsedBuffer>& used, cudaStream_t stream, Task* task) {
+  HostStream* hostStream = stream != nullptr ? HostStream::fromHandle(stream) : nullptr;
+  const UsedBuffer* onDevice = nullptr;
+  const UsedBuffer* onHost = nullptr;
+  for (const UsedBuffer& b : used) {
+    if (b.count == 0) continue;
+    const int device = cuda::deviceOf(b.ptr);
+    if (device < 0) {
+      if (onHost == nullptr) onHost = &b;
+      continue;
+    }
+    if (device != comm->cudaDev)
+      return invalidArgument(std::string(b.name) + " is memory of CUDA device " + std::to_string(device) +
+                             " but the communicator belongs to device " + std::to_string(comm->cudaDev) +
+                             " (the device that was current when it was created)");
+    if (onDevice == nullptr) onDevice = &b;
+  }
+  if (onDevice != nullptr && onHost != nullptr)
+    return invalidArgument(std::string(onDevice->name) + " is CUDA device memory but " + onHost->name +
+                           " is host memory; an operation's buffers must both be on the device or both on the host");
+  if (onDevice != nullptr) {
+    if (hostStream != nullptr)
+      return invalidArgument(std::string(onDevice->name) +
+                             " is CUDA device memory but stream is a Plait host stream; pass a cudaStream_t (or "
+                             "NULL for CUDA's default stream)");
+    task->onDevice = true;
+    task->cudaStream = stream;
+    return Status::ok();
+  }
+  if (stream == nullptr || hostStream != nullptr) {
+    task->stream = hostStream;
+    return Status::ok();
+  }
+  if (onHost != nullptr)
+    return invalidArgument(std::string(onHost->name) +
+                           " is host memory but stream is not a Plait host stream (a CUDA stream, or not a "
+                           "stream): host buffers run on the host executor; pass NULL to block, or a stream from "
+                           "plait::HostStream");
+  // Nothing to move on this rank: ordered on the CUDA stream like any kernel.
+  task->onDevice = true;
+  task->cudaStream = stream;
   return Status::ok();
 }
 
@@ -119,7 +148,14 @@ Status resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t type, Task* tas
   task->op.scalar = u.scalarBits;
   if (u.residence == ncclScalarDevice) {
     task->op.scalar = 0;
-    std::memcpy(&task->op.scalar, u.scalarPtr, typeSize(type));
+    if (task->onDevice) {
+      task->deviceScalar = u.scalarPtr;  // the kernel reads it when it runs, as NCCL's does
+    } else if (cuda::isDeviceMemory(u.scalarPtr)) {
+      return invalidArgument("op's PreMulSum scalar is in CUDA device memory but the buffers are host memory; "
+                             "host collectives need the scalar in host memory");
+    } else {
+      std::memcpy(&task->op.scalar, u.scalarPtr, typeSize(type));
+    }
   }
   return Status::ok();
 }

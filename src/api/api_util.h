@@ -56,8 +56,20 @@ Status checkComm(ncclComm_t comm);           // live and initialised
 Status checkType(ncclDataType_t type, const char* name = "datatype");
 Status checkRoot(int root, int nranks, const char* name = "root");
 Status checkBuffer(const void* ptr, size_t count, const char* name);
-// The host stream behind `stream` (null for the null stream) in *out.
-Status checkStream(cudaStream_t stream, HostStream** out);
+// A buffer an operation reads or writes on this rank (count in elements).
+struct UsedBuffer {
+  const void* ptr;
+  size_t count;
+  const char* name;
+};
+// Decides where the operation runs from its buffers and stream: host
+// buffers on the host executor (stream NULL: blocking; a plait::HostStream:
+// queued there), CUDA device buffers as a kernel on the CUDA stream `stream`
+// (NULL: CUDA's default stream). Fills task->stream or task->onDevice and
+// task->cudaStream. Mixed host/device buffers, device buffers of another
+// device than the communicator's, host buffers on a CUDA stream and device
+// buffers on a host stream are invalid arguments naming the buffer.
+Status placeTask(ncclComm_t comm, const std::vector<UsedBuffer>& used, cudaStream_t stream, Task* task);
 // Resolves a built-in or user op for `type` into task->op.
 Status resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t type, Task* task);
 

@@ -4,6 +4,7 @@
 
 #include "algorithms/types.h"
 #include "api/api_util.h"
+#include "core/device_backend.h"
 #include "core/group.h"
 #include "core/host_stream.h"
 
@@ -40,7 +41,6 @@ Status prepare(ncclComm_t comm, Task* task, plait::CollType coll, const void* se
                size_t count, ncclDataType_t type, cudaStream_t stream) {
   PLAIT_RETURN_IF_ERROR(checkComm(comm));
   PLAIT_RETURN_IF_ERROR(checkType(type));
-  PLAIT_RETURN_IF_ERROR(checkStream(stream, &task->stream));
   if (count > (SIZE_MAX >> 4) / plait::typeSize(type))
     return plait::invalidArgument("count " + std::to_string(count) + " overflows the addressable size");
   task->coll = coll;
@@ -88,9 +88,12 @@ ncclResult_t collective(ncclComm_t comm, const CollCall& c, size_t sendMult, siz
                                " ranks overflows the addressable size");
   if (s.isOk()) {
     const bool isRoot = !c.rooted || comm->rank == c.root;
-    if (sendMult && (isRoot || !sendAtRootOnly)) s = checkBuffer(c.sendbuff, c.count * sendMult, "sendbuff");
-    if (s.isOk() && recvMult && (isRoot || !recvAtRootOnly))
-      s = checkBuffer(c.recvbuff, c.count * recvMult, "recvbuff");
+    std::vector<UsedBuffer> used;
+    if (sendMult && (isRoot || !sendAtRootOnly)) used.push_back({c.sendbuff, c.count * sendMult, "sendbuff"});
+    if (recvMult && (isRoot || !recvAtRootOnly)) used.push_back({c.recvbuff, c.count * recvMult, "recvbuff"});
+    for (const UsedBuffer& b : used)
+      if (s.isOk()) s = checkBuffer(b.ptr, b.count, b.name);
+    if (s.isOk()) s = placeTask(comm, used, stream, &task);
   }
   if (s.isOk() && c.reduces) s = resolveOp(comm, static_cast<ncclRedOp_t>(c.op), c.type, &task);
   if (!s.isOk()) return rejected(s, c.name);
@@ -186,6 +189,7 @@ PLAIT_API(ncclResult_t, GroupStart, (void)) {
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, GroupEnd, (void)) {
+  plait::DeviceGroupScope deviceGroup;  // kernels of the group's communicators run at once
   Status s = plait::group::end([](ncclComm_t comm, std::vector<Task>& tasks) {
     CommUse use(comm);  // destroy/abort on another thread waits for the group's operations
     if (!use.usable()) return plait::invalidUsage("a communicator of the group was destroyed or aborted before ncclGroupEnd");

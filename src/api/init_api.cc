@@ -74,6 +74,7 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, nc
   shell->rank = rank;
   shell->nranks = nranks;
   shell->cudaDev = plait::cuda::currentDevice();  // as NCCL: the caller's current device
+  options.cudaDev = shell->cudaDev;
   shell->blocking = options.blocking;
   shell->impl = std::make_unique<plait::Communicator>(rank, nranks);
   if (plait::group::active()) {  // created at the outermost ncclGroupEnd, with the group's other ranks

@@ -21,9 +21,11 @@ using RuntimeClearError = int (*)();
 using RuntimeGetDevice = int (*)(int*);
 using RuntimeSetDevice = int (*)(int);
 using RuntimeDeviceCount = int (*)(int*);
+using RuntimeBusId = int (*)(char*, int, int);
 using DriverQuery = int (*)(void* data, int attribute, uintptr_t ptr);
 constexpr int kRuntimeDevice = 2, kRuntimeManaged = 3;
 constexpr int kDriverMemoryTypeAttribute = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kDriverOrdinalAttribute = 9;     // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 constexpr unsigned kDriverDevice = 2, kDriverUnified = 4;
 
 struct Probe {
@@ -32,6 +34,7 @@ struct Probe {
   RuntimeGetDevice getDevice = nullptr;
   RuntimeSetDevice setDevice = nullptr;
   RuntimeDeviceCount deviceCount = nullptr;
+  RuntimeBusId busId = nullptr;
   DriverQuery driver = nullptr;
 };
 
@@ -43,6 +46,7 @@ const Probe& probe() {
     q.getDevice = reinterpret_cast<RuntimeGetDevice>(::dlsym(RTLD_DEFAULT, "cudaGetDevice"));
     q.setDevice = reinterpret_cast<RuntimeSetDevice>(::dlsym(RTLD_DEFAULT, "cudaSetDevice"));
     q.deviceCount = reinterpret_cast<RuntimeDeviceCount>(::dlsym(RTLD_DEFAULT, "cudaGetDeviceCount"));
+    q.busId = reinterpret_cast<RuntimeBusId>(::dlsym(RTLD_DEFAULT, "cudaDeviceGetPCIBusId"));
     if (q.runtime == nullptr) {
       if (void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD))  // only if already loaded
         q.driver = reinterpret_cast<DriverQuery>(::dlsym(driver, "cuPointerGetAttribute"));
@@ -54,24 +58,30 @@ const Probe& probe() {
 
 }  // namespace
 
-bool isDeviceMemory(const void* ptr) {
+int deviceOf(const void* ptr) {
   const Probe& p = probe();
-  if (ptr == nullptr) return false;
+  if (ptr == nullptr) return -1;
   if (p.runtime != nullptr) {
     RuntimePointerAttributes a{};
     if (p.runtime(&a, ptr) != 0) {
       if (p.clearError != nullptr) p.clearError();  // old runtimes fail for plain host memory
-      return false;
+      return -1;
     }
-    return a.type == kRuntimeDevice || a.type == kRuntimeManaged;
+    if (a.type != kRuntimeDevice && a.type != kRuntimeManaged) return -1;
+    return a.device >= 0 ? a.device : 0;
   }
   if (p.driver != nullptr) {
     unsigned type = 0;
-    if (p.driver(&type, kDriverMemoryTypeAttribute, reinterpret_cast<uintptr_t>(ptr)) != 0) return false;
-    return type == kDriverDevice || type == kDriverUnified;
+    if (p.driver(&type, kDriverMemoryTypeAttribute, reinterpret_cast<uintptr_t>(ptr)) != 0) return -1;
+    if (type != kDriverDevice && type != kDriverUnified) return -1;
+    int ordinal = 0;
+    if (p.driver(&ordinal, kDriverOrdinalAttribute, reinterpret_cast<uintptr_t>(ptr)) != 0) return 0;
+    return ordinal;
   }
-  return false;
+  return -1;
 }
+
+bool isDeviceMemory(const void* ptr) { return deviceOf(ptr) >= 0; }
 
 bool runtimeLoaded() { return probe().getDevice != nullptr; }
 
@@ -104,6 +114,20 @@ bool setCurrentDevice(int device) {
     if (p.clearError != nullptr) p.clearError();
     return false;
   }
+  return true;
+}
+
+bool busIdOf(int device, char* out, int outBytes) {
+  const Probe& p = probe();
+  if (out == nullptr || outBytes < 1) return false;
+  out[0] = '\0';
+  if (p.busId == nullptr) return false;
+  if (p.busId(out, outBytes, device) != 0) {
+    if (p.clearError != nullptr) p.clearError();
+    out[0] = '\0';
+    return false;
+  }
+  out[outBytes - 1] = '\0';
   return true;
 }
 

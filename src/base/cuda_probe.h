@@ -17,6 +17,10 @@ namespace plait::cuda {
 // leaves the CUDA runtime's last error as it found it.
 bool isDeviceMemory(const void* ptr);
 
+// The CUDA device `ptr` lives on when it is device (or managed) memory, else
+// -1 (host, pinned-host, registered, unknown, or no CUDA loaded).
+int deviceOf(const void* ptr);
+
 // The calling thread's current CUDA device (cudaGetDevice), or -1 when no
 // CUDA runtime is loaded or it has no device.
 int currentDevice();
@@ -25,6 +29,11 @@ int currentDevice();
 // False when no runtime is loaded or the runtime refuses the ordinal (its
 // last error is left as it was).
 bool setCurrentDevice(int device);
+
+// The PCI bus id of `device` ("0000:41:00.0", cudaDeviceGetPCIBusId) in
+// out[0..outBytes), NUL-terminated; false (and "") without a runtime or for
+// a device it refuses.
+bool busIdOf(int device, char* out, int outBytes);
 
 // Whether a CUDA runtime is loaded in the process.
 bool runtimeLoaded();

@@ -130,6 +130,7 @@ Status Communicator::init(const ncclUniqueId& id, const CommOptions& options) {
 
 Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& options) {
   name_ = options.name;
+  cudaDev_ = options.cudaDev;
   timeoutMs_ = operationTimeoutMs();
   const Deadline deadline = Deadline::afterMs(secondsToWaitMs(std::max<int64_t>(kInitTimeout.get(), 1)));
   BootstrapOptions bopts;
@@ -224,6 +225,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   PLAIT_ASSIGN_OR_RETURN(shm_, ShmTransport::connect(oob, so, deadline));
   PLAIT_ASSIGN_OR_RETURN(cma_, probeCma(*bootstrap_, so.localRanks, deadline));
   PLAIT_ASSIGN_OR_RETURN(direct_, DirectPath::create(oob, shm_.get(), deadline));
+  PLAIT_RETURN_IF_ERROR(connectDevice(oob, so, deadline));
 
   TunerInputs ti;
   ti.nranks = nranks_;
@@ -245,7 +247,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
 }
 
 Status Communicator::asyncError() const {
-  if (!broken_.load(std::memory_order_acquire)) return Status::ok();
+  if (!broken_.load(std::memory_order_acquire)) return device_ ? device_->asyncError() : Status::ok();
   std::lock_guard<std::mutex> lock(errorMu_);
   return brokenBy_;
 }
@@ -269,6 +271,8 @@ void Communicator::abortParts() {
   std::lock_guard<std::mutex> lock(partsMu_);
   if (initRunning_) return;
   if (board_) board_->markDeparted();
+  if (device_) device_->abort();
+  if (deviceShm_) deviceShm_->abort();
   if (shm_) shm_->abort();
   if (net_) net_->abort();
   if (bootstrap_) bootstrap_->abort();
@@ -276,6 +280,7 @@ void Communicator::abortParts() {
 
 Communicator::~Communicator() {
   if (board_) board_->markDeparted();
+  releaseDevice();  // first: kernels may still use the FIFOs
   workers_.reset();
   shm_.reset();
   net_.reset();  // after shm_, which hands out its connectors

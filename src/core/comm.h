@@ -19,6 +19,7 @@
 #include "base/wait.h"
 #include "core/bootstrap.h"
 #include "core/channel_workers.h"
+#include "core/device_backend.h"
 #include "core/direct.h"
 #include "core/op_board.h"
 #include "core/task.h"
@@ -37,6 +38,7 @@ struct CommOptions {
   int maxChannels = -1;  // from ncclConfig_t.maxCTAs; -1: PLAIT_NCHANNELS decides
   bool blocking = true;
   std::string name;
+  int cudaDev = -1;  // the caller's CUDA device at creation; -1: none
 };
 
 class Communicator {
@@ -93,6 +95,12 @@ class Communicator {
  private:
   Status initSteps(const ncclUniqueId& id, const CommOptions& options);
   Status connectTransports(Deadline deadline, int nChannels);
+  // The CUDA executor's part of init and of each device task (device_path.cc).
+  Status connectDevice(OobExchange& oob, const ShmTransportOptions& hostOptions, Deadline deadline);
+  Status deviceUnavailableReason(const std::vector<DeviceIdentity>& ids) const;
+  Status runOnDevice(const Task& task);
+  Status runDeviceP2p(const std::vector<Task>& tasks);
+  void releaseDevice();
   Status execute(const Task& task);
   template <class Body> Status guarded(const char* what, Body body);
   Status runAllReduce(const Task& task, const Plan& plan, size_t bytes);
@@ -130,6 +138,11 @@ class Communicator {
   std::unique_ptr<ChannelWorkers> workers_;
   std::unique_ptr<DirectPath> direct_;
   std::unique_ptr<OpBoard> board_;  // null without local peers
+  int cudaDev_ = -1;
+  std::vector<DeviceIdentity> devices_;   // per rank, exchanged at init
+  std::unique_ptr<ShmTransport> deviceShm_;  // ring FIFOs only kernels use (host ones cache their counters)
+  std::unique_ptr<DeviceBackend> device_;    // null: device buffers are refused with deviceUnavailable_
+  Status deviceUnavailable_;
   uint64_t collSeq_ = 0;            // collectives (not Send/Recv) started, counted alike on every rank
   mutable std::atomic<bool> disagreed_{false};  // board_ saw ranks in different collectives  // registrations; zero-copy collectives when every rank is local
   std::vector<int> ringPositions_;  // per channel: this rank's position in that ring

@@ -21,6 +21,10 @@ int64_t operationTimeoutMs() { return secondsToWaitMs(bootstrapTimeoutSec()); }
 template <class Body>
 Status Communicator::guarded(const char* what, Body body) {
   if (aborted()) return invalidUsage("the communicator was aborted");
+  if (device_ && !broken_.load(std::memory_order_acquire)) {  // a kernel failed since the last call
+    Status failed = device_->asyncError();
+    if (!failed.isOk()) breakWith(failed);
+  }
   if (broken_.load(std::memory_order_acquire)) {
     Status s = asyncError();
     return Status(s.code(), "the communicator is broken by an earlier error: " + s.message());
@@ -85,15 +89,16 @@ Status Communicator::run(const Task& task) {
 Status Communicator::runGroup(const std::vector<Task>& tasks) {
   if (tasks.size() == 1) return run(tasks[0]);
   return guarded("group", [&] {
-    std::vector<Task> p2p;
+    std::vector<Task> p2p, deviceP2p;
     for (const Task& t : tasks) {
       if (isPointToPoint(t.coll)) {
-        p2p.push_back(t);
+        (t.onDevice ? deviceP2p : p2p).push_back(t);
       } else {
         Status s = execute(t);
         if (!s.isOk()) return s.withContext(collName(t.coll));
       }
     }
+    if (!deviceP2p.empty()) PLAIT_RETURN_IF_ERROR(runDeviceP2p(deviceP2p));  // enqueued; the host batch may follow
     if (p2p.empty()) return Status::ok();
     announceBatch(p2p);
     return runP2p(p2p);
@@ -132,6 +137,7 @@ void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan)
 }
 
 Status Communicator::execute(const Task& task) {
+  if (task.onDevice) return runOnDevice(task);  // a kernel on the task's stream (device_path.cc)
   announce(task);
   if (isPointToPoint(task.coll)) return runP2p({task});
   if (task.count == 0) return Status::ok();

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "base/no_throw.h"
+#include "core/device_backend.h"
 
 namespace plait::group {
 namespace {
@@ -69,7 +70,11 @@ Status end(const std::function<Status(ncclComm_t, std::vector<Task>&)>& run) {
     tasks[i].push_back(op.task);
   }
   if (comms.empty()) return Status::ok();
-  const std::vector<Status> results = runConcurrently(comms.size(), [&](size_t i) { return run(comms[i], tasks[i]); });
+  DeviceGroupScope* deviceGroup = DeviceGroupScope::current();  // the workers' launches join back at its end
+  const std::vector<Status> results = runConcurrently(comms.size(), [&](size_t i) {
+    DeviceGroupScope::Adopt adopt(deviceGroup);
+    return run(comms[i], tasks[i]);
+  });
   for (auto& r : results)
     if (!r.isOk()) return r;
   return Status::ok();

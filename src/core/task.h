@@ -43,6 +43,14 @@ struct Task {
   int root = 0;      // Broadcast, Reduce, Gather, Scatter
   int peer = -1;     // Send, Recv
   HostStream* stream = nullptr;  // null: blocking, complete on return
+  // Device buffers (CUDA executor, src/device/): the op is enqueued on
+  // cudaStream (a cudaStream_t; null: CUDA's default stream) and the call
+  // returns at once. `stream` is then null.
+  bool onDevice = false;
+  void* cudaStream = nullptr;
+  // PreMulSum with ncclScalarDevice on device buffers: the kernel reads the
+  // scalar here when it starts (op.scalar is then unused).
+  const void* deviceScalar = nullptr;
 };
 
 }  // namespace plait

@@ -106,11 +106,8 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
   const bool oneShotFits = in_.fullMesh && bytes <= std::max(in_.meshStepBytes, in_.lineMaxBytes) &&
                            task.coll == CollType::kAllReduce;
   const double tOne = oneShotFits ? oneShotUs(bytes) : 1e30;
-  // More channels only pay when each gets a useful share of the buffer.
-  int channels = in_.nChannels;
-  while (channels > 1 && bytes / static_cast<size_t>(channels) < (size_t(256) << 10)) --channels;
-  const double tRing = ringUs(task.coll, bytes, channels);
-  plan.algo = tOne <= tRing ? Algorithm::kOneShot : Algorithm::kRing;
+  const Plan ring = ringPlan(task, bytes);
+  plan.algo = tOne <= ring.predictedUs ? Algorithm::kOneShot : Algorithm::kRing;
   if (forced_ == static_cast<int>(Algorithm::kRing)) plan.algo = Algorithm::kRing;
   if (forced_ == static_cast<int>(Algorithm::kOneShot) && oneShotFits) plan.algo = Algorithm::kOneShot;
   if (plan.algo == Algorithm::kOneShot) {
@@ -119,8 +116,17 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
     plan.chunkBytes = bytes;
     return plan;
   }
+  return ring;
+}
+
+Plan Tuner::ringPlan(const Task& task, size_t bytes) const {
+  Plan plan;
+  // More channels only pay when each gets a useful share of the buffer.
+  int channels = in_.nChannels;
+  while (channels > 1 && bytes / static_cast<size_t>(channels) < (size_t(256) << 10)) --channels;
+  plan.algo = Algorithm::kRing;
   plan.nChannels = channels;
-  plan.predictedUs = tRing;
+  plan.predictedUs = ringUs(task.coll, bytes, channels);
   fillRingSlicing(bytes, &plan);
   return plan;
 }

@@ -48,6 +48,9 @@ class Tuner {
   explicit Tuner(const TunerInputs& inputs);
   // Never fails: an unknown forced algorithm was reported at construction.
   Plan plan(const Task& task, size_t bytes) const;
+  // The ring plan for this task whatever the cost model prefers (the CUDA
+  // executor has ring schedules only). Never kCopy: callers handle one rank.
+  Plan ringPlan(const Task& task, size_t bytes) const;
   // Predicted time in microseconds of the plan chosen for this task.
   double estimateUs(const Task& task, size_t bytes) const { return plan(task, bytes).predictedUs; }
 

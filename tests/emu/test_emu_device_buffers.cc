@@ -1,8 +1,12 @@
-// Plait's C API in a process that runs the (emulated) CUDA runtime. Until
-// the CUDA executor exists, a device buffer must be an ncclInvalidArgument
-// naming it, never a CPU dereference (on a GPU machine: a crash); pinned and
-// registered host memory keeps working. Communicators know their device as
-// NCCL's do: the caller's current device, or devlist[i] for ncclCommInitAll.
+// Plait's C API in a process that runs the (emulated) CUDA runtime: where an
+// operation runs is decided by its buffers. Device buffers go to the CUDA
+// executor on a CUDA stream; a call mixing host and device buffers, device
+// buffers of another device than the communicator's, host buffers on a CUDA
+// stream and device buffers on a Plait host stream are ncclInvalidArgument
+// naming what is wrong, never a CPU dereference (on a GPU machine: a crash);
+// pinned and registered host memory stay on the host executor.
+// Communicators know their device as NCCL's do: the caller's current device,
+// or devlist[i] for ncclCommInitAll.
 #include <cuda_runtime_api.h>
 
 #include <catch2/catch.hpp>
@@ -11,6 +15,7 @@
 #include <vector>
 
 #include "nccl.h"
+#include "plait/stream.hpp"
 
 namespace {
 
@@ -22,24 +27,61 @@ ncclComm_t soloComm() {
   return comm;
 }
 
-bool lastErrorSays(const char* text) { return std::strstr(ncclGetLastError(nullptr), text) != nullptr; }
+bool lastErrorSays(const char* text) {
+  const bool found = std::strstr(ncclGetLastError(nullptr), text) != nullptr;
+  if (!found) UNSCOPED_INFO("last error: " << ncclGetLastError(nullptr));
+  return found;
+}
 
 }  // namespace
 
-TEST_CASE("Device buffers are refused by name; host, pinned and registered memory work", "[emu]") {
+TEST_CASE("Mixed, foreign-device and wrongly-streamed buffers are refused by name", "[emu]") {
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
   ncclComm_t comm = soloComm();
   float* dev = nullptr;
   REQUIRE(cudaMalloc(reinterpret_cast<void**>(&dev), 1024 * sizeof(float)) == cudaSuccess);
   std::vector<float> host(1024, 2.0f);
 
   CHECK(ncclAllReduce(dev, host.data(), 1024, ncclFloat, ncclSum, comm, nullptr) == ncclInvalidArgument);
-  CHECK(lastErrorSays("sendbuff is CUDA device memory"));
+  CHECK(lastErrorSays("sendbuff is CUDA device memory but recvbuff is host memory"));
   CHECK(ncclAllReduce(host.data(), dev, 1024, ncclFloat, ncclSum, comm, nullptr) == ncclInvalidArgument);
-  CHECK(lastErrorSays("recvbuff is CUDA device memory"));
-  CHECK(ncclSend(dev + 10, 5, ncclFloat, 0, comm, nullptr) == ncclInvalidArgument);
-  CHECK(lastErrorSays("CUDA device memory"));
+  CHECK(lastErrorSays("recvbuff is CUDA device memory but sendbuff is host memory"));
   CHECK(cudaGetLastError() == cudaSuccess);  // the probe leaves the runtime's error alone
 
+  // Device memory of another device than the communicator's.
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  float* other = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&other), 64 * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  CHECK(ncclAllReduce(dev, other, 64, ncclFloat, ncclSum, comm, nullptr) == ncclInvalidArgument);
+  CHECK(lastErrorSays("recvbuff is memory of CUDA device 1 but the communicator belongs to device 0"));
+
+  // Streams of the wrong kind.
+  cudaStream_t cs = nullptr;
+  REQUIRE(cudaStreamCreate(&cs) == cudaSuccess);
+  CHECK(ncclAllReduce(host.data(), host.data(), 1024, ncclFloat, ncclSum, comm, cs) == ncclInvalidArgument);
+  CHECK(lastErrorSays("sendbuff is host memory but stream is not a Plait host stream"));
+  {
+    plait::HostStream hs;
+    CHECK(ncclAllReduce(dev, dev, 1024, ncclFloat, ncclSum, comm, hs.handle()) == ncclInvalidArgument);
+    CHECK(lastErrorSays("sendbuff is CUDA device memory but stream is a Plait host stream"));
+  }
+  // Point-to-point on device buffers has no kernel yet: a clear refusal.
+  CHECK(ncclSend(dev + 10, 5, ncclFloat, 0, comm, cs) == ncclInvalidUsage);
+  CHECK(lastErrorSays("Send on CUDA device buffers is not supported yet"));
+
+  // Device buffers on a CUDA stream run (one rank: the kernel's copy).
+  std::vector<float> back(1024, 0.0f);
+  REQUIRE(cudaMemcpy(dev, host.data(), 1024 * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  float* devOut = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&devOut), 1024 * sizeof(float)) == cudaSuccess);
+  CHECK(ncclAllReduce(dev, devOut, 1024, ncclFloat, ncclAvg, comm, cs) == ncclSuccess);
+  REQUIRE(cudaMemcpyAsync(back.data(), devOut, 1024 * sizeof(float), cudaMemcpyDeviceToHost, cs) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(cs) == cudaSuccess);
+  CHECK(back[0] == 2.0f);
+  CHECK(back[1023] == 2.0f);
+
+  // Host, pinned and registered memory: the host executor.
   std::vector<float> out(1024, 0.0f);
   CHECK(ncclAllReduce(host.data(), out.data(), 1024, ncclFloat, ncclSum, comm, nullptr) == ncclSuccess);
   CHECK(out[1023] == 2.0f);
@@ -52,8 +94,13 @@ TEST_CASE("Device buffers are refused by name; host, pinned and registered memor
   CHECK(out[7] == 2.0f);
   CHECK(cudaHostUnregister(out.data()) == cudaSuccess);
   CHECK(cudaFreeHost(pinned) == cudaSuccess);
-  CHECK(cudaFree(dev) == cudaSuccess);
   CHECK(ncclCommDestroy(comm) == ncclSuccess);
+  CHECK(cudaStreamDestroy(cs) == cudaSuccess);
+  CHECK(cudaFree(dev) == cudaSuccess);
+  CHECK(cudaFree(devOut) == cudaSuccess);
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  CHECK(cudaFree(other) == cudaSuccess);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
 }
 
 TEST_CASE("ncclCommCuDevice: the creating thread's device; ncclCommInitAll follows devlist", "[emu]") {

@@ -41,6 +41,10 @@ const void* kernelHandle(void (*kernel)(A...)) {
   return registerKernel(reinterpret_cast<const void*>(kernel), &bindKernel<A...>);
 }
 
+// Kernels cudaLaunchKernel accepted in this process so far (tests use it to
+// tell a kernel launch from work done on the host). Thread-safe.
+uint64_t kernelsLaunched();
+
 // The current CUDA thread's coordinates (valid inside a kernel only).
 const uint3& currentThreadIdx();
 const uint3& currentBlockIdx();

@@ -1,0 +1,140 @@
+// device_backend.h — what the core asks of the CUDA executor (src/device/),
+// without knowing CUDA: the communicator hands it the rings and the FIFO
+// memory at init, then one device task at a time; the backend turns each into
+// a kernel launch on the caller's stream and reports kernel-side failures.
+//
+// The core is built without CUDA headers. Builds with the executor
+// (PLAIT_WITH_CUDA or PLAIT_DEVICE_EMULATION) link src/device/, which
+// registers its factory from a static initialiser; other builds have none and
+// device buffers are refused by the API with a message that says so.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/clock.h"
+#include "core/task.h"
+#include "plait/status.hpp"
+#include "transport/fifo.h"
+
+namespace plait {
+
+// One end of a ring FIFO in host memory shared with the peer (transport/
+// fifo.h's layout). The backend maps it for the device.
+struct DeviceFifoMemory {
+  void* memory = nullptr;
+  FifoShape shape;
+};
+
+struct DeviceBackendSetup {
+  int rank = 0;
+  int nranks = 1;
+  int cudaDev = -1;                   // the communicator's device
+  std::vector<std::vector<int>> rings;  // per channel: ranks in ring order
+  std::vector<int> positions;           // per channel: this rank's position in rings[c]
+  std::vector<DeviceFifoMemory> recv;   // per channel: from the ring predecessor (our memory)
+  std::vector<DeviceFifoMemory> send;   // per channel: to the ring successor (its memory, mapped here)
+  std::vector<DeviceFifoMemory> p2pSend;  // per rank: to that rank (its memory); none for ourselves
+  std::vector<DeviceFifoMemory> p2pRecv;  // per rank: from that rank (our memory); none for ourselves
+  int64_t timeoutMs = 0;                // PLAIT_TIMEOUT: the kernel-side deadline of each wait
+};
+
+// One send, receive or local copy of a group's point-to-point batch on
+// device buffers (AlltoAll, Gather and Scatter decomposed into these).
+struct DeviceP2pRequest {
+  enum Kind : uint8_t { kSend, kRecv, kCopy } kind = kCopy;
+  int peer = -1;
+  const void* src = nullptr;  // kSend, kCopy
+  void* dst = nullptr;        // kRecv, kCopy
+  size_t bytes = 0;
+};
+
+// How the tuner wants one device collective run (core/tuner.h's ring plan).
+struct DevicePlan {
+  int nChannels = 1;
+  size_t sliceBytes = 0;
+  size_t chunkBytes = 0;
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  // Enqueues `task` (a collective on device buffers, task.cudaStream) and
+  // returns without waiting for it. Errors found before the launch are
+  // returned; failures inside the kernel surface through asyncError().
+  virtual Status enqueue(const Task& task, const DevicePlan& plan) = 0;
+  // Enqueues a group's sends, receives and copies (in call order) as one
+  // launch, so that no send waits on a receive of a later launch. The
+  // operations came on `streams` (one or more; as in NCCL, all of them are
+  // joined: the launch waits for the work before it on each, and each waits
+  // for the launch).
+  virtual Status enqueueP2p(const std::vector<DeviceP2pRequest>& requests, const std::vector<void*>& streams) = 0;
+  // The first failure a kernel reported (a time-out, a peer that aborted),
+  // or OK. Thread-safe; never blocks.
+  virtual Status asyncError() const = 0;
+  // Makes every running and later kernel of this communicator give up at
+  // its next poll. Thread-safe; idempotent.
+  virtual void abort() = 0;
+  // Waits until every kernel launched so far has ended, at most until
+  // `deadline`; false if some still run (their memory must then be leaked,
+  // not freed under them).
+  virtual bool drain(Deadline deadline) = 0;
+  // Makes `userStream` wait for everything this backend launched so far
+  // (the join-back of a group's launches; see DeviceGroupScope).
+  virtual void joinBack(void* userStream) = 0;
+  // "CUDA device 3 (bus 0000:41:00.0)": for logs and errors.
+  virtual std::string description() const = 0;
+};
+
+using DeviceBackendFactory = Result<std::unique_ptr<DeviceBackend>> (*)(const DeviceBackendSetup& setup);
+
+// The factory the build registered, or null when it has no CUDA executor.
+DeviceBackendFactory deviceBackendFactory();
+// Called once by src/device/ at static initialisation.
+void registerDeviceBackend(DeviceBackendFactory factory);
+
+// While a DeviceGroupScope lives on this thread (ncclGroupEnd), backends
+// launch every kernel of the group on their communicators' own streams after
+// the work already on the user's stream, but make the user's stream wait for
+// them only when the scope ends: so kernels of several communicators in one
+// group run at once rather than one after another (which deadlocks when
+// ranks list the communicators in different orders).
+class DeviceGroupScope {
+ public:
+  DeviceGroupScope();
+  ~DeviceGroupScope();
+  DeviceGroupScope(const DeviceGroupScope&) = delete;
+  DeviceGroupScope& operator=(const DeviceGroupScope&) = delete;
+  // The scope the calling thread works for (null: none). Worker threads of
+  // a group adopt their parent's with Adopt.
+  static DeviceGroupScope* current();
+  class Adopt {
+   public:
+    explicit Adopt(DeviceGroupScope* scope);
+    ~Adopt();
+    Adopt(const Adopt&) = delete;
+    Adopt& operator=(const Adopt&) = delete;
+
+   private:
+    DeviceGroupScope* saved_;
+  };
+  void defer(DeviceBackend* backend, void* userStream);
+
+ private:
+  DeviceGroupScope* outer_;
+  std::mutex mu_;
+  std::vector<std::pair<DeviceBackend*, void*>> joins_;
+};
+
+// What every rank tells the others about its device at init (through the
+// bootstrap), so that each can choose how to reach each peer.
+struct DeviceIdentity {
+  int32_t cudaDev = -1;       // -1: no device (no CUDA executor, no runtime, or no device)
+  int32_t usable = 0;         // 1: this rank can run device collectives
+  char busId[32] = {};        // "0000:41:00.0"; empty when unknown
+};
+
+}  // namespace plait

@@ -1,0 +1,228 @@
+// device_path.cc — the communicator's side of the CUDA executor: at init,
+// every rank says which device it has and whether it can run kernels; when
+// all can, they connect a second set of ring FIFOs in shared host memory for
+// the kernels alone and hand them to the backend (src/device/). A device
+// task is then planned like a host one (the tuner's ring plan) and enqueued.
+//
+// Why separate FIFOs: a host FifoSender/FifoReceiver caches its step
+// counters, so a kernel advancing the same control words would desynchronise
+// them. Device and host collectives on one communicator use different rings.
+#include <algorithm>
+#include <cstring>
+
+#include "base/cuda_probe.h"
+#include "base/log.h"
+#include "core/comm.h"
+
+namespace plait {
+
+// Whether every rank can take part in device collectives, as a status whose
+// message says why not (the same on every rank: it is computed from what all
+// of them sent).
+Status Communicator::deviceUnavailableReason(const std::vector<DeviceIdentity>& ids) const {
+  if (deviceBackendFactory() == nullptr)
+    return invalidUsage("this build of Plait has no CUDA executor (configure with PLAIT_WITH_CUDA=ON, or "
+                        "PLAIT_DEVICE_EMULATION=ON for the CPU emulator)");
+  for (int r = 0; r < nranks_; ++r)
+    if (!ids[r].usable)
+      return invalidUsage("rank " + std::to_string(r) +
+                          " has no CUDA device or runtime (its process has no CUDA executor, or cudaGetDevice failed "
+                          "when it created the communicator)");
+  if (net_)
+    return invalidUsage("the ranks are on more than one host: device buffers across hosts need the network "
+                        "transport for device memory, which Plait does not have yet (issue 17)");
+  for (int a = 0; a < nranks_; ++a)
+    for (int b = a + 1; b < nranks_; ++b) {
+      const bool sameBus = ids[a].busId[0] != '\0' && std::strncmp(ids[a].busId, ids[b].busId, sizeof(ids[a].busId)) == 0;
+      if (sameBus || (ids[a].busId[0] == '\0' && ids[a].cudaDev == ids[b].cudaDev))
+        return invalidUsage("ranks " + std::to_string(a) + " and " + std::to_string(b) + " share CUDA device " +
+                            std::to_string(ids[a].cudaDev) + " (" + ids[a].busId +
+                            "); as in NCCL, each rank needs its own device (cudaSetDevice before creating the "
+                            "communicator)");
+    }
+  return Status::ok();
+}
+
+Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& hostOptions, Deadline deadline) {
+  std::vector<DeviceIdentity> ids(nranks_);
+  std::memset(static_cast<void*>(ids.data()), 0, ids.size() * sizeof(DeviceIdentity));  // no garbage to peers
+  DeviceIdentity& mine = ids[rank_];
+  mine.cudaDev = cudaDev_;
+  mine.usable = deviceBackendFactory() != nullptr && cudaDev_ >= 0 ? 1 : 0;
+  if (cudaDev_ >= 0) cuda::busIdOf(cudaDev_, mine.busId, sizeof(mine.busId));
+  PLAIT_RETURN_IF_ERROR(oob.allGather(ids.data(), sizeof(DeviceIdentity), deadline));
+  for (DeviceIdentity& id : ids) id.busId[sizeof(id.busId) - 1] = '\0';
+  devices_ = ids;
+  deviceUnavailable_ = deviceUnavailableReason(ids);
+  if (!deviceUnavailable_.isOk()) {
+    PLAIT_INFO(kInit, "rank %d: no device collectives: %s", rank_, deviceUnavailable_.message().c_str());
+    return Status::ok();
+  }
+
+  // Every rank gets here (the decision above is the same everywhere).
+  ShmTransportOptions so = hostOptions;
+  so.remoteRingSend.clear();
+  so.remoteRingRecv.clear();
+  so.remoteP2pSend.clear();
+  so.remoteP2pRecv.clear();
+  so.mesh = FifoShape{1, 4096};  // unused by kernels; the smallest valid shape
+  PLAIT_ASSIGN_OR_RETURN(deviceShm_, ShmTransport::connect(oob, so, deadline));
+
+  DeviceBackendSetup setup;
+  setup.rank = rank_;
+  setup.nranks = nranks_;
+  setup.cudaDev = cudaDev_;
+  setup.rings = rings_;
+  setup.positions = ringPositions_;
+  setup.timeoutMs = timeoutMs_;
+  for (int c = 0; c < so.nChannels; ++c) {
+    FifoReceiver* r = deviceShm_->ringRecv(c);
+    FifoSender* s = deviceShm_->ringSend(c);
+    setup.recv.push_back(DeviceFifoMemory{r ? static_cast<void*>(r->control()) : nullptr, so.ring});
+    setup.send.push_back(DeviceFifoMemory{s ? static_cast<void*>(s->control()) : nullptr, so.ring});
+  }
+  for (int r = 0; r < nranks_; ++r) {
+    FifoSender* s = r == rank_ ? nullptr : deviceShm_->p2pSend(r);
+    FifoReceiver* q = r == rank_ ? nullptr : deviceShm_->p2pRecv(r);
+    setup.p2pSend.push_back(DeviceFifoMemory{s ? static_cast<void*>(s->control()) : nullptr, so.p2p});
+    setup.p2pRecv.push_back(DeviceFifoMemory{q ? static_cast<void*>(q->control()) : nullptr, so.p2p});
+  }
+  Status created;
+  auto backend = deviceBackendFactory()(setup);
+  if (backend.isOk()) {
+    device_ = std::move(backend).value();
+  } else {
+    created = backend.takeStatus();
+  }
+  // A rank whose backend failed (pinned memory, say) would leave the others'
+  // kernels waiting on it: all agree, or none runs device collectives.
+  std::vector<int32_t> ok(nranks_, 0);
+  ok[rank_] = created.isOk() ? 1 : 0;
+  PLAIT_RETURN_IF_ERROR(oob.allGather(ok.data(), sizeof(int32_t), deadline));
+  for (int r = 0; r < nranks_; ++r) {
+    if (ok[r]) continue;
+    deviceUnavailable_ = invalidUsage("rank " + std::to_string(r) + " could not set up its CUDA executor" +
+                                      (r == rank_ ? ": " + created.message() : std::string()));
+    PLAIT_WARN(kInit, "rank %d: no device collectives: %s", rank_, deviceUnavailable_.message().c_str());
+    device_.reset();
+    deviceShm_.reset();
+    return Status::ok();
+  }
+  PLAIT_INFO(kInit, "rank %d: device collectives on %s through shared host memory (SHM) to every peer", rank_,
+             device_->description().c_str());
+  return Status::ok();
+}
+
+Status Communicator::runOnDevice(const Task& task) {
+  if (!device_)
+    return Status(deviceUnavailable_.code(), std::string(collName(task.coll)) +
+                                                 " on CUDA device buffers: " + deviceUnavailable_.message());
+  if (isPointToPoint(task.coll)) return runDeviceP2p({task});
+  const size_t blockBytes = task.count * typeSize(task.type);
+  const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
+  const Plan plan = tuner_->ringPlan(task, blocked ? blockBytes * nranks_ : blockBytes);
+  DevicePlan dp;
+  dp.nChannels = plan.nChannels;
+  dp.sliceBytes = plan.sliceBytes;
+  dp.chunkBytes = plan.chunkBytes;
+  return device_->enqueue(task, dp);
+}
+
+// A group's point-to-point operations on device buffers: decomposed into
+// sends, receives and local copies (NCCL's AlltoAll, Gather and Scatter are
+// such groups too) and launched together on their common stream.
+Status Communicator::runDeviceP2p(const std::vector<Task>& tasks) {
+  if (!device_)
+    return Status(deviceUnavailable_.code(),
+                  "point-to-point on CUDA device buffers: " + deviceUnavailable_.message());
+  std::vector<DeviceP2pRequest> requests;
+  std::vector<const void*> selfSends;
+  std::vector<void*> selfRecvs;
+  std::vector<size_t> selfSendBytes, selfRecvBytes;
+  std::vector<void*> streams;
+  for (const Task& t : tasks) {
+    if (t.count == 0) continue;
+    if (std::find(streams.begin(), streams.end(), t.cudaStream) == streams.end()) streams.push_back(t.cudaStream);
+    const size_t bytes = t.count * typeSize(t.type);
+    const char* in = static_cast<const char*>(t.sendbuff);
+    char* out = static_cast<char*>(t.recvbuff);
+    auto send = [&](int peer, const void* src) {
+      if (peer == rank_) {
+        selfSends.push_back(src);
+        selfSendBytes.push_back(bytes);
+      } else {
+        requests.push_back(DeviceP2pRequest{DeviceP2pRequest::kSend, peer, src, nullptr, bytes});
+      }
+    };
+    auto recv = [&](int peer, void* dst) {
+      if (peer == rank_) {
+        selfRecvs.push_back(dst);
+        selfRecvBytes.push_back(bytes);
+      } else {
+        requests.push_back(DeviceP2pRequest{DeviceP2pRequest::kRecv, peer, nullptr, dst, bytes});
+      }
+    };
+    switch (t.coll) {
+      case CollType::kSend: send(t.peer, in); break;
+      case CollType::kRecv: recv(t.peer, out); break;
+      case CollType::kAlltoAll:
+        for (int p = 0; p < nranks_; ++p) {
+          send(p, in + p * bytes);
+          recv(p, out + p * bytes);
+        }
+        break;
+      case CollType::kGather:
+        send(t.root, in);
+        if (rank_ == t.root)
+          for (int p = 0; p < nranks_; ++p) recv(p, out + p * bytes);
+        break;
+      case CollType::kScatter:
+        if (rank_ == t.root)
+          for (int p = 0; p < nranks_; ++p) send(p, in + p * bytes);
+        recv(t.root, out);
+        break;
+      default: return internalError(std::string(collName(t.coll)) + " is not point-to-point");
+    }
+  }
+  // Sends to ourselves meet our receives from ourselves in call order.
+  if (selfSends.size() != selfRecvs.size())
+    return invalidUsage("a group sends " + std::to_string(selfSends.size()) + " message(s) to this rank itself but " +
+                        "receives " + std::to_string(selfRecvs.size()) + " from itself");
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    if (selfSendBytes[i] != selfRecvBytes[i])
+      return invalidUsage("a send to this rank itself of " + std::to_string(selfSendBytes[i]) +
+                          " bytes meets a receive of " + std::to_string(selfRecvBytes[i]) + " bytes");
+    if (selfSends[i] != selfRecvs[i])
+      requests.push_back(DeviceP2pRequest{DeviceP2pRequest::kCopy, rank_, selfSends[i], selfRecvs[i], selfSendBytes[i]});
+  }
+  if (requests.empty()) return Status::ok();
+  return device_->enqueueP2p(requests, streams);
+}
+
+// Kernels may still run on the FIFOs and flags: wait for them (a bounded
+// wait; then abort them and wait again) before anything is unmapped. What
+// still runs after that keeps its memory: leaked, not freed under it.
+void Communicator::releaseDevice() {
+  if (!device_) {
+    deviceShm_.reset();
+    return;
+  }
+  const int64_t graceMs = std::clamp<int64_t>(timeoutMs_, 100, 10000);
+  bool done = device_->drain(Deadline::afterMs(graceMs));
+  if (!done) {
+    PLAIT_WARN(kInit, "rank %d: device collectives still running at destroy; aborting them", rank_);
+    device_->abort();
+    if (deviceShm_) deviceShm_->abort();
+    done = device_->drain(Deadline::afterMs(graceMs));
+  }
+  if (!done) {
+    PLAIT_WARN(kInit, "rank %d: device collectives did not stop; their memory is leaked", rank_);
+    (void)device_.release();
+    (void)deviceShm_.release();
+    return;
+  }
+  device_.reset();
+  deviceShm_.reset();
+}
+
+}  // namespace plait
