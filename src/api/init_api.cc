@@ -192,9 +192,11 @@ PLAIT_API(ncclResult_t, CommInitAll, (ncclComm_t * comms, int ndev, const int* d
   const char* call = "ncclCommInitAll";
   if (comms == nullptr) return fail(plait::invalidArgument("comm (the output array) is NULL"), call);
   if (ndev < 1) return fail(plait::invalidArgument("ndev is " + std::to_string(ndev) + "; must be ≥ 1"), call);
-  // With a CUDA runtime in the process, rank i's communicator belongs to
-  // devlist[i] (the first ndev devices when devlist is NULL), as in NCCL.
-  const bool cuda = plait::cuda::runtimeLoaded();
+  // With a CUDA runtime and a device in the process, rank i's communicator
+  // belongs to devlist[i] (the first ndev devices when devlist is NULL), as
+  // in NCCL. A runtime without devices (libcudart on a CPU-only machine, as
+  // in a PLAIT_WITH_CUDA build here) leaves host ranks, as without CUDA.
+  const bool cuda = plait::cuda::runtimeLoaded() && plait::cuda::deviceCount() > 0;
   if (Status s = checkDevlist(cuda, ndev, devlist); !s.isOk()) return fail(s, call);
   ncclUniqueId id;
   if (ncclResult_t r = pncclGetUniqueId(&id); r != ncclSuccess) return r;
