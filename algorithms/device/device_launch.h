@@ -61,10 +61,6 @@ const void* allReduceKernelFor(ncclDataType_t type);
 // FIFO is touched: a local copy (reduce-copy with the operator's pre- and
 // post-op for ReduceScatter and Reduce).
 //
-// UNVERIFIED ON A GPU: the AllGather, ReduceScatter, Broadcast and Reduce
-// kernels (ring_collectives_kernel.cu) have only been compiled; the GPU part
-// of device_compile_check exercises them where a GPU exists.
-//
 // Same return values, asynchrony, status reporting and thread safety as
 // launchAllReduce.
 cudaError_t launchCollective(const DeviceWork& work, int nChannels, cudaStream_t stream);

@@ -6,8 +6,8 @@
 // statically). A process without CUDA gets "no" at the cost of one cached
 // null check.
 //
-// The driver path is unverified on hardware (no GPU here); the runtime path
-// is tested under the emulator.
+// The runtime path is tested under the emulator and ran on an H100
+// (scripts/gpu_check.sh); the driver path is unverified on hardware.
 #pragma once
 
 namespace plait::cuda {

@@ -134,6 +134,8 @@ class DeviceGroupScope {
 struct DeviceIdentity {
   int32_t cudaDev = -1;       // -1: no device (no CUDA executor, no runtime, or no device)
   int32_t usable = 0;         // 1: this rank can run device collectives
+  int32_t allowShared = 0;    // 1: PLAIT_ALLOW_SHARED_DEVICE=1 here (sharing needs every rank's yes)
+  int32_t reserved = 0;
   char busId[32] = {};        // "0000:41:00.0"; empty when unknown
 };
 

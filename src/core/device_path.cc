@@ -10,11 +10,17 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/config.h"
 #include "base/cuda_probe.h"
 #include "base/log.h"
 #include "core/comm.h"
 
 namespace plait {
+
+PLAIT_PARAM_INT(kAllowSharedDevice, "ALLOW_SHARED_DEVICE", 0,
+                "1 lets several ranks use one CUDA device (testing on a machine with fewer GPUs than ranks): the "
+                "kernels of those ranks must run at the same time, which separate processes get by time-slicing "
+                "and threads of one process only on non-blocking streams");
 
 // Whether every rank can take part in device collectives, as a status whose
 // message says why not (the same on every rank: it is computed from what all
@@ -31,14 +37,16 @@ Status Communicator::deviceUnavailableReason(const std::vector<DeviceIdentity>& 
   if (net_)
     return invalidUsage("the ranks are on more than one host: device buffers across hosts need the network "
                         "transport for device memory, which Plait does not have yet (issue 17)");
-  for (int a = 0; a < nranks_; ++a)
+  const bool allowShared =
+      std::all_of(ids.begin(), ids.end(), [](const DeviceIdentity& id) { return id.allowShared != 0; });
+  for (int a = 0; a < nranks_ && !allowShared; ++a)
     for (int b = a + 1; b < nranks_; ++b) {
       const bool sameBus = ids[a].busId[0] != '\0' && std::strncmp(ids[a].busId, ids[b].busId, sizeof(ids[a].busId)) == 0;
       if (sameBus || (ids[a].busId[0] == '\0' && ids[a].cudaDev == ids[b].cudaDev))
         return invalidUsage("ranks " + std::to_string(a) + " and " + std::to_string(b) + " share CUDA device " +
                             std::to_string(ids[a].cudaDev) + " (" + ids[a].busId +
                             "); as in NCCL, each rank needs its own device (cudaSetDevice before creating the "
-                            "communicator)");
+                            "communicator), unless every rank sets PLAIT_ALLOW_SHARED_DEVICE=1");
     }
   return Status::ok();
 }
@@ -49,6 +57,7 @@ Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& 
   DeviceIdentity& mine = ids[rank_];
   mine.cudaDev = cudaDev_;
   mine.usable = deviceBackendFactory() != nullptr && cudaDev_ >= 0 ? 1 : 0;
+  mine.allowShared = kAllowSharedDevice.get() == 1 ? 1 : 0;
   if (cudaDev_ >= 0) cuda::busIdOf(cudaDev_, mine.busId, sizeof(mine.busId));
   PLAIT_RETURN_IF_ERROR(oob.allGather(ids.data(), sizeof(DeviceIdentity), deadline));
   for (DeviceIdentity& id : ids) id.busId[sizeof(id.busId) - 1] = '\0';

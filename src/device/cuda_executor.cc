@@ -12,9 +12,12 @@
 // same launch, and the same words).
 //
 // Under PLAIT_DEVICE_EMULATION the same code runs against emu/'s runtime.
-// UNVERIFIED ON A GPU: host-registration of shared memory for kernels,
-// system-scope ordering of the mapped FIFO words, kernel-side deadlines in
-// SM clock cycles.
+// Run on one H100 (scripts/gpu_check.sh, perf/results/device/): forked ranks
+// sharing the GPU through host-registered shared memory, every collective and
+// point-to-point call, a graph capture and replay, ncclCommAbort ending a
+// kernel stuck on a killed peer, compute-sanitizer memcheck clean. UNVERIFIED
+// ON HARDWARE: ranks on distinct GPUs at once (PCIe ordering between them),
+// ranks as threads of one process sharing a device.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

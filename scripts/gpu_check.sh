@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# gpu_check.sh — runs Plait's device path on a real NVIDIA GPU from a bundle
+# built elsewhere (this project's development machine has no GPU).
+#
+#   scripts/gpu_check.sh bundle   # on the development machine: build-gpu -> .gpu/
+#   scripts/gpu_check.sh run      # on the GPU machine: runs what .gpu/ holds
+#
+# The bundle: libnccl.so.2 (PLAIT_WITH_CUDA=ON, sm_90), the libraries it needs
+# beyond glibc, device_compile_check (the kernels on loopback rings in device
+# memory, their deadline and abort), loopback_bench (the AllReduce kernel's
+# throughput against cudaMemcpy) and device_conformance (C against NVIDIA's
+# nccl.h, forked ranks on cudaMalloc'd buffers through Plait's executor; on a
+# one-GPU machine the ranks share the device: PLAIT_ALLOW_SHARED_DEVICE=1).
+# Logs go to $OUT (or ./gpu-check-logs).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bundle() {
+  local build=${BUILD:-build-gpu}
+  cmake -S . -B "$build" -G Ninja -DPLAIT_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || return 1
+  ninja -C "$build" nccl device_compile_check device_conformance loopback_bench || return 1
+  rm -rf .gpu && mkdir -p .gpu/lib .gpu/bin
+  cp -L "$build/src/api/libnccl.so.2" .gpu/lib/
+  local lib
+  for lib in libpugixml.so.1 libhwloc.so.15 libudev.so.1; do cp -L "/lib/x86_64-linux-gnu/$lib" .gpu/lib/; done
+  cp -L /usr/local/cuda/lib/libcudart.so.13 .gpu/lib/
+  cp "$build/algorithms/device/device_compile_check" "$build/tests/process/device_conformance" \
+    "$build/perf/device/loopback_bench" .gpu/bin/
+  strip --strip-debug .gpu/lib/libnccl.so.2 .gpu/bin/*
+  du -sh .gpu
+}
+
+run() {
+  local logs=${OUT:-gpu-check-logs} rc=0 n
+  mkdir -p "$logs"
+  export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
+  step() {  # step NAME SECONDS COMMAND...
+    local name=$1 limit=$2 start status
+    shift 2
+    start=$(date +%s.%N)
+    timeout -k 5 "$limit" "$@" >"$logs/$name.log" 2>&1
+    status=$?
+    printf '%-28s exit %3d  %6.1f s\n' "$name" "$status" "$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" | tee -a "$logs/summary.txt"
+    tail -n 4 "$logs/$name.log"
+    [ "$status" -eq 0 ] || rc=1
+  }
+  step device_compile_check 240 .gpu/bin/device_compile_check
+  for n in 2 3 4 abort; do
+    step "device_conformance_$n" 120 env PLAIT_ALLOW_SHARED_DEVICE=1 PLAIT_DEBUG=WARN .gpu/bin/device_conformance "$n"
+  done
+  if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+    step memcheck_conformance_2 300 env PLAIT_ALLOW_SHARED_DEVICE=1 compute-sanitizer --tool memcheck \
+      --target-processes all --error-exitcode 9 .gpu/bin/device_conformance 2
+    step synccheck_kernels 300 compute-sanitizer --tool synccheck --error-exitcode 9 .gpu/bin/device_compile_check
+    step racecheck_kernels 300 compute-sanitizer --tool racecheck --error-exitcode 9 .gpu/bin/device_compile_check
+  fi
+  [ "${BENCH:-1}" = 1 ] && step loopback_bench 300 .gpu/bin/loopback_bench 256 10 && cat "$logs/loopback_bench.log"
+  cat "$logs/summary.txt"
+  return $rc
+}
+
+case "${1:-}" in
+  bundle) bundle ;;
+  run) run ;;
+  *) echo "usage: $0 bundle|run" >&2; exit 2 ;;
+esac
