@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace plait::cuda {
@@ -16,7 +17,7 @@ struct RuntimePointerAttributes {
   void* hostPointer;
   long reserved[32];
 };
-using RuntimeQuery = int (*)(RuntimePointerAttributes*, const void*);
+using RuntimeQuery = int (*)(void* attributes, const void* ptr);  // fills a RuntimePointerAttributes
 using RuntimeClearError = int (*)();
 using RuntimeGetDevice = int (*)(int*);
 using RuntimeSetDevice = int (*)(int);
@@ -38,7 +39,11 @@ struct Probe {
   DriverQuery driver = nullptr;
 };
 
+// Set once by installRuntime (at load, before any query).
+std::atomic<const Probe*> gInstalled{nullptr};
+
 const Probe& probe() {
+  if (const Probe* installed = gInstalled.load(std::memory_order_acquire)) return *installed;
   static const Probe p = [] {
     Probe q;
     q.runtime = reinterpret_cast<RuntimeQuery>(::dlsym(RTLD_DEFAULT, "cudaPointerGetAttributes"));
@@ -57,6 +62,17 @@ const Probe& probe() {
 }
 
 }  // namespace
+
+void installRuntime(const RuntimeEntryPoints& e) {
+  static Probe installed;
+  installed.runtime = e.pointerAttributes;
+  installed.clearError = e.getLastError;
+  installed.getDevice = e.getDevice;
+  installed.setDevice = e.setDevice;
+  installed.deviceCount = e.getDeviceCount;
+  installed.busId = e.deviceGetPCIBusId;
+  gInstalled.store(&installed, std::memory_order_release);
+}
 
 int deviceOf(const void* ptr) {
   const Probe& p = probe();

@@ -1,9 +1,11 @@
-// cuda_probe.h — is this pointer CUDA device memory? Asked of whatever CUDA
-// the process already has loaded, never loading one: the CUDA runtime's
-// cudaPointerGetAttributes when a shared runtime (libcudart, or the device
-// emulator's libplait_cudart_emu) is in the process, else the driver's
-// cuPointerGetAttribute when libcuda.so.1 is (programs that link the runtime
-// statically). A process without CUDA gets "no" at the cost of one cached
+// cuda_probe.h — is this pointer CUDA device memory? Asked of the CUDA
+// runtime Plait's own CUDA executor was built with, when the library has one
+// (it installs its entry points at load: installRuntime below; libnccl links
+// the runtime statically, as NCCL does), else of whatever CUDA the process
+// already has loaded, never loading one: a shared runtime's
+// cudaPointerGetAttributes (libcudart, or the device emulator's
+// libplait_cudart_emu), else the driver's cuPointerGetAttribute when
+// libcuda.so.1 is. A process without CUDA gets "no" at the cost of one cached
 // null check.
 //
 // The runtime path is tested under the emulator and ran on an H100
@@ -11,6 +13,23 @@
 #pragma once
 
 namespace plait::cuda {
+
+// The runtime functions the probe calls, as C function pointers returning
+// cudaError_t as int (0: success). pointerAttributes fills a
+// cudaPointerAttributes (CUDA 11+ layout: type, device, devicePointer,
+// hostPointer, ...).
+struct RuntimeEntryPoints {
+  int (*pointerAttributes)(void* attributes, const void* ptr) = nullptr;
+  int (*getLastError)() = nullptr;
+  int (*getDevice)(int* device) = nullptr;
+  int (*setDevice)(int device) = nullptr;
+  int (*getDeviceCount)(int* count) = nullptr;
+  int (*deviceGetPCIBusId)(char* out, int outBytes, int device) = nullptr;
+};
+
+// Makes the probe use these (the CUDA executor's runtime) from now on,
+// instead of looking for a runtime in the process. Called once, at load.
+void installRuntime(const RuntimeEntryPoints& entryPoints);
 
 // True when ptr is device (or managed) memory by the loaded CUDA's account.
 // Host, pinned-host, registered and unknown pointers are false. Thread-safe;

@@ -9,6 +9,7 @@
 // them. Device and host collectives on one communicator use different rings.
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 #include "base/config.h"
 #include "base/cuda_probe.h"
@@ -55,6 +56,13 @@ Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& 
   std::vector<DeviceIdentity> ids(nranks_);
   std::memset(static_cast<void*>(ids.data()), 0, ids.size() * sizeof(DeviceIdentity));  // no garbage to peers
   DeviceIdentity& mine = ids[rank_];
+  if (cudaDev_ < 0 && deviceBackendFactory() != nullptr) {
+    static std::once_flag said;
+    std::call_once(said, [] {
+      PLAIT_INFO(kInit, "this process sees no CUDA device (no driver, no device, or none selected): "
+                        "collectives on host memory only");
+    });
+  }
   mine.cudaDev = cudaDev_;
   mine.usable = deviceBackendFactory() != nullptr && cudaDev_ >= 0 ? 1 : 0;
   mine.allowShared = kAllowSharedDevice.get() == 1 ? 1 : 0;

@@ -32,6 +32,7 @@
 #include "algorithms/device/device_launch.h"
 #include "algorithms/device/device_work.h"
 #include "algorithms/types.h"
+#include "base/cuda_probe.h"
 #include "base/log.h"
 #include "core/device_backend.h"
 #include "plait/status.hpp"
@@ -426,8 +427,28 @@ Result<std::unique_ptr<DeviceBackend>> createCudaExecutor(const DeviceBackendSet
   return std::unique_ptr<DeviceBackend>(std::move(executor));
 }
 
-// Registers the executor when the library loads (libnccl links this archive whole).
+// The probe (base/cuda_probe.h) asks this runtime, the one the executor
+// calls: with libcudart linked statically and its symbols hidden, no other
+// code could find it.
+cuda::RuntimeEntryPoints runtimeEntryPoints() {
+  cuda::RuntimeEntryPoints e;
+  e.pointerAttributes = [](void* attributes, const void* ptr) {
+    return static_cast<int>(cudaPointerGetAttributes(static_cast<cudaPointerAttributes*>(attributes), ptr));
+  };
+  e.getLastError = [] { return static_cast<int>(cudaGetLastError()); };
+  e.getDevice = [](int* device) { return static_cast<int>(cudaGetDevice(device)); };
+  e.setDevice = [](int device) { return static_cast<int>(cudaSetDevice(device)); };
+  e.getDeviceCount = [](int* count) { return static_cast<int>(cudaGetDeviceCount(count)); };
+  e.deviceGetPCIBusId = [](char* out, int outBytes, int device) {
+    return static_cast<int>(cudaDeviceGetPCIBusId(out, outBytes, device));
+  };
+  return e;
+}
+
+// Registers the executor and its runtime when the library loads (libnccl
+// links this archive whole).
 [[maybe_unused]] const bool kRegistered = [] {
+  cuda::installRuntime(runtimeEntryPoints());
   registerDeviceBackend(&createCudaExecutor);
   return true;
 }();
