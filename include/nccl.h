@@ -183,8 +183,10 @@ typedef enum {
   ret pnccl##name args
 
 /* ---- Memory ---------------------------------------------------------- */
-/* Allocates memory that peers on the same host can map (host builds) or
- * device memory (CUDA builds). Free with ncclMemFree. */
+/* Allocates device memory of the calling thread's current CUDA device where
+ * there is one (as NCCL does), otherwise host memory that peers on the same
+ * host can map (PLAIT_MEM_ALLOC=auto|host|device chooses; plait/memory.hpp
+ * asks for host memory explicitly). Free with ncclMemFree. */
 PLAIT_DECLARE(ncclResult_t, MemAlloc, (void** ptr, size_t size));
 PLAIT_DECLARE(ncclResult_t, MemFree, (void* ptr));
 

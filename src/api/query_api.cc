@@ -5,7 +5,9 @@
 #include "api/api_util.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "core/device_memory.h"
 #include "core/host_memory.h"
+#include "plait/memory.hpp"
 
 using plait::Status;
 using namespace plait::api;
@@ -77,13 +79,18 @@ PLAIT_API(ncclResult_t, CommUserRank, (const ncclComm_t comm, int* rank)) {
 } PLAIT_API_END
 
 // ---- Memory ------------------------------------------------------------------
-// Host memory that local peers can map (core/host_memory.h), so collectives
-// on registered ncclMemAlloc buffers can go direct (core/direct.h).
+// As NCCL: device memory of the current CUDA device where there is one
+// (core/device_memory.h; PLAIT_MEM_ALLOC overrides); elsewhere host memory
+// that local peers can map (core/host_memory.h), so collectives on
+// registered ncclMemAlloc buffers can go direct (core/direct.h). Plait's own
+// host users take the latter always (plait/memory.hpp).
 PLAIT_API(ncclResult_t, MemAlloc, (void** ptr, size_t size)) {
   const char* call = "ncclMemAlloc";
   if (ptr == nullptr) return fail(plait::invalidArgument("ptr is NULL"), call);
   if (size == 0) return fail(plait::invalidArgument("size is 0"), call);
-  plait::Result<void*> p = plait::host_memory::allocate(size);
+  plait::Result<bool> device = plait::device_memory::wanted();
+  if (!device.isOk()) return fail(device.status(), call);
+  plait::Result<void*> p = *device ? plait::device_memory::allocate(size) : plait::host_memory::allocate(size);
   if (!p.isOk()) return fail(p.status(), call);
   *ptr = *p;
   return ncclSuccess;
@@ -91,8 +98,16 @@ PLAIT_API(ncclResult_t, MemAlloc, (void** ptr, size_t size)) {
 
 PLAIT_API(ncclResult_t, MemFree, (void* ptr)) {
   if (ptr == nullptr) return ncclSuccess;
+  if (plait::device_memory::owns(ptr)) return fail(plait::device_memory::release(ptr), "ncclMemFree");
   return fail(plait::host_memory::release(ptr), "ncclMemFree");
 } PLAIT_API_END
+
+namespace plait {
+Result<void*> hostMemAlloc(size_t bytes) {
+  if (bytes == 0) return invalidArgument("hostMemAlloc: bytes is 0");
+  return host_memory::allocate(bytes);
+}
+}  // namespace plait
 
 // ---- Registration ----------------------------------------------------------------
 // Local calls (no peer takes part), as NCCL's. A registration of memory

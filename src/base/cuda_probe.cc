@@ -63,7 +63,11 @@ const Probe& probe() {
 
 }  // namespace
 
+// The installed runtime's allocation entry points (null: none installed).
+static RuntimeEntryPoints gEntryPoints;
+
 void installRuntime(const RuntimeEntryPoints& e) {
+  gEntryPoints = e;
   static Probe installed;
   installed.runtime = e.pointerAttributes;
   installed.clearError = e.getLastError;
@@ -72,6 +76,27 @@ void installRuntime(const RuntimeEntryPoints& e) {
   installed.deviceCount = e.getDeviceCount;
   installed.busId = e.deviceGetPCIBusId;
   gInstalled.store(&installed, std::memory_order_release);
+}
+
+bool runtimeInstalled() { return gInstalled.load(std::memory_order_acquire) != nullptr; }
+
+int allocateDevice(void** ptr, size_t bytes) {
+  if (!runtimeInstalled() || gEntryPoints.malloc == nullptr) return -1;
+  const int err = gEntryPoints.malloc(ptr, bytes);
+  if (err != 0 && gEntryPoints.getLastError != nullptr) gEntryPoints.getLastError();
+  return err;
+}
+
+int freeDevice(void* ptr) {
+  if (!runtimeInstalled() || gEntryPoints.free == nullptr) return -1;
+  const int err = gEntryPoints.free(ptr);
+  if (err != 0 && gEntryPoints.getLastError != nullptr) gEntryPoints.getLastError();
+  return err;
+}
+
+const char* errorString(int error) {
+  if (error == -1 || !runtimeInstalled() || gEntryPoints.errorString == nullptr) return "no CUDA runtime";
+  return gEntryPoints.errorString(error);
 }
 
 int deviceOf(const void* ptr) {

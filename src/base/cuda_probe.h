@@ -12,6 +12,8 @@
 // (scripts/gpu_check.sh); the driver path is unverified on hardware.
 #pragma once
 
+#include <cstddef>
+
 namespace plait::cuda {
 
 // The runtime functions the probe calls, as C function pointers returning
@@ -25,11 +27,25 @@ struct RuntimeEntryPoints {
   int (*setDevice)(int device) = nullptr;
   int (*getDeviceCount)(int* count) = nullptr;
   int (*deviceGetPCIBusId)(char* out, int outBytes, int device) = nullptr;
+  int (*malloc)(void** ptr, size_t bytes) = nullptr;  // cudaMalloc on the current device
+  int (*free)(void* ptr) = nullptr;                   // cudaFree
+  const char* (*errorString)(int error) = nullptr;    // cudaGetErrorString
 };
 
 // Makes the probe use these (the CUDA executor's runtime) from now on,
 // instead of looking for a runtime in the process. Called once, at load.
 void installRuntime(const RuntimeEntryPoints& entryPoints);
+
+// Whether installRuntime was called: this library has a CUDA executor.
+bool runtimeInstalled();
+
+// cudaMalloc / cudaFree through the installed runtime: 0 on success, the
+// runtime's error code otherwise, -1 when no runtime is installed. The
+// runtime's last error is left as it was.
+int allocateDevice(void** ptr, size_t bytes);
+int freeDevice(void* ptr);
+// The installed runtime's text for an error code ("no CUDA runtime" for -1).
+const char* errorString(int error);
 
 // True when ptr is device (or managed) memory by the loaded CUDA's account.
 // Host, pinned-host, registered and unknown pointers are false. Thread-safe;

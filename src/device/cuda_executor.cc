@@ -442,6 +442,9 @@ cuda::RuntimeEntryPoints runtimeEntryPoints() {
   e.deviceGetPCIBusId = [](char* out, int outBytes, int device) {
     return static_cast<int>(cudaDeviceGetPCIBusId(out, outBytes, device));
   };
+  e.malloc = [](void** ptr, size_t bytes) { return static_cast<int>(cudaMalloc(ptr, bytes)); };
+  e.free = [](void* ptr) { return static_cast<int>(cudaFree(ptr)); };
+  e.errorString = [](int error) { return cudaGetErrorString(static_cast<cudaError_t>(error)); };
   return e;
 }
 

@@ -143,6 +143,15 @@ TEST_CASE("ncclMemAlloc / ncclMemFree", "[api]") {
   CHECK(ncclMemAlloc(&p, 0) == ncclInvalidArgument);
 }
 
+TEST_CASE("An unknown PLAIT_MEM_ALLOC is refused by ncclMemAlloc, naming it", "[tunables]") {
+  setenv("PLAIT_MEM_ALLOC", "gpu", 1);  // auto, host or device
+  void* p = nullptr;
+  CHECK(ncclMemAlloc(&p, 4096) == ncclInvalidUsage);
+  CHECK(p == nullptr);
+  CHECK(lastErrorMentions("PLAIT_MEM_ALLOC is \"gpu\""));
+  unsetenv("PLAIT_MEM_ALLOC");
+}
+
 TEST_CASE("A malformed FIFO tunable is refused at creation, naming it", "[tunables]") {
   setenv("PLAIT_SHM_STEPS", "64", 1);  // more steps than a FIFO has room for
   ncclUniqueId id;

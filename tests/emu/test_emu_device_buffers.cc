@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "nccl.h"
+#include "plait/memory.hpp"
 #include "plait/stream.hpp"
 
 namespace {
@@ -130,4 +131,47 @@ TEST_CASE("ncclCommCuDevice: the creating thread's device; ncclCommInitAll follo
   CHECK(ncclCommInitAll(comms, 2, bad) == ncclInvalidArgument);
   CHECK(lastErrorSays("devlist[1] = 99 is not a CUDA device"));
   CHECK(cudaGetLastError() == cudaSuccess);
+}
+
+// As NCCL: ncclMemAlloc gives memory of the calling thread's current device,
+// which collectives (and the program's own kernels) use as device memory;
+// plait::hostMemAlloc still gives host memory; ncclMemFree frees both and
+// refuses what it did not hand out.
+TEST_CASE("ncclMemAlloc returns device memory of the current device", "[emu]") {
+  REQUIRE(cudaSetDevice(2) == cudaSuccess);
+  ncclComm_t comm = soloComm();
+  const size_t n = 4099;
+  void* buf = nullptr;
+  REQUIRE(ncclMemAlloc(&buf, n * sizeof(float)) == ncclSuccess);
+  cudaPointerAttributes attr{};
+  REQUIRE(cudaPointerGetAttributes(&attr, buf) == cudaSuccess);
+  CHECK(attr.type == cudaMemoryTypeDevice);
+  CHECK(attr.device == 2);
+
+  std::vector<float> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 97);
+  REQUIRE(cudaMemcpy(buf, host.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, stream) == ncclSuccess);
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  std::vector<float> out(n, -1.0f);
+  REQUIRE(cudaMemcpy(out.data(), buf, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(out == host);  // one rank: the sum is the input
+
+  void* hostBuf = nullptr;
+  plait::Result<void*> h = plait::hostMemAlloc(4096);
+  REQUIRE(h.isOk());
+  hostBuf = *h;
+  REQUIRE(cudaPointerGetAttributes(&attr, hostBuf) == cudaSuccess);
+  CHECK(attr.type != cudaMemoryTypeDevice);
+  static_cast<char*>(hostBuf)[4095] = 1;  // host-writable
+  CHECK(ncclMemFree(hostBuf) == ncclSuccess);
+
+  CHECK(ncclMemFree(static_cast<char*>(buf) + 64) == ncclInvalidArgument);  // not a base
+  CHECK(ncclMemFree(buf) == ncclSuccess);
+  CHECK(ncclMemFree(buf) == ncclInvalidArgument);  // twice
+  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
+  CHECK(ncclCommDestroy(comm) == ncclSuccess);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
 }

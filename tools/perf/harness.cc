@@ -29,6 +29,7 @@
 #include "launch_env.h"
 #include "options.h"
 #include "perf_table.h"
+#include "plait/memory.hpp"
 
 namespace plait::perf {
 namespace {
@@ -181,8 +182,11 @@ void initComms(ThreadState& ts) {
 void* allocBuffer(size_t bytes, bool* fromNccl) {
   bytes = std::max<size_t>(bytes, 4096);
   void* p = nullptr;
-  *fromNccl = ncclMemAlloc(&p, bytes) == ncclSuccess && p != nullptr;
-  if (!*fromNccl) p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  // Host memory peers can map (the harness times host collectives; plain
+  // ncclMemAlloc would give device memory on a GPU machine).
+  plait::Result<void*> shared = plait::hostMemAlloc(bytes);
+  *fromNccl = shared.isOk();
+  p = *fromNccl ? *shared : std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
   if (p != nullptr) std::memset(p, 0, bytes);  // first touch, outside the timing
   return p;
 }
