@@ -1,7 +1,8 @@
 /* The device drop-in check: C, compiled against NVIDIA's nccl.h and the CUDA
  * toolkit's runtime header only, linked against Plait's libnccl.so.2 and
  * either the emulated CUDA runtime (CI) or libcudart (a GPU). Forks N ranks; each takes
- * CUDA device `rank` (modulo the devices there are), allocates with cudaMalloc,
+ * CUDA device `rank` (modulo the devices there are), allocates with cudaMalloc
+ * and ncclMemAlloc (which must give device memory),
  * runs every collective and point-to-point call on its own stream and checks
  * the results it copies back, then replays an AllReduce captured into a CUDA
  * graph. `device_conformance abort`: ncclCommAbort ends a kernel waiting on a
@@ -184,7 +185,11 @@ static int rankMain(int rank, int nranks, ncclUniqueId id) {
   CHECK_CUDA(cudaMalloc((void**)&k.fsend, n * nranks * sizeof(float)), 25);
   CHECK_CUDA(cudaMalloc((void**)&k.frecv, n * nranks * sizeof(float)), 26);
   CHECK_CUDA(cudaMalloc((void**)&k.isend, n * nranks * sizeof(int32_t)), 27);
-  CHECK_CUDA(cudaMalloc((void**)&k.irecv, n * nranks * sizeof(int32_t)), 28);
+  /* ncclMemAlloc gives device memory of the current device, as NCCL's does. */
+  CHECK_NCCL(ncclMemAlloc((void**)&k.irecv, n * nranks * sizeof(int32_t)), 28);
+  struct cudaPointerAttributes attr;
+  CHECK_CUDA(cudaPointerGetAttributes(&attr, k.irecv), 28);
+  if (attr.type != cudaMemoryTypeDevice || attr.device != rank % devices) return 28;
   for (size_t i = 0; i < n * nranks; ++i) {
     k.fhost[i] = (float)(rank + 1) * (float)(i % 17);
     k.ihost[i] = ivalue(rank, i);
@@ -196,11 +201,11 @@ static int rankMain(int rank, int nranks, ncclUniqueId id) {
   if ((rc = pointToPoint(&k))) return rc;
   if ((rc = graphReplay(&k))) return rc;
 
+  CHECK_NCCL(ncclMemFree(k.irecv), 61);
   CHECK_NCCL(ncclCommDestroy(comm), 60);
   cudaFree(k.fsend);
   cudaFree(k.frecv);
   cudaFree(k.isend);
-  cudaFree(k.irecv);
   cudaStreamDestroy(k.stream);
   free(k.fhost);
   free(k.ihost);
