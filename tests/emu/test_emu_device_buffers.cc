@@ -153,8 +153,11 @@ TEST_CASE("ncclMemAlloc returns device memory of the current device", "[emu]") {
   REQUIRE(cudaMemcpy(buf, host.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
   cudaStream_t stream = nullptr;
   REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  void* handle = nullptr;  // registering device memory is accepted (and changes nothing for the kernels)
+  CHECK(ncclCommRegister(comm, buf, n * sizeof(float), &handle) == ncclSuccess);
   CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, stream) == ncclSuccess);
   CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK(ncclCommDeregister(comm, handle) == ncclSuccess);
   std::vector<float> out(n, -1.0f);
   REQUIRE(cudaMemcpy(out.data(), buf, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
   CHECK(out == host);  // one rank: the sum is the input
