@@ -88,9 +88,13 @@ Status placeTask(ncclComm_t comm, const std::vector<UsedBuffer>& used, cudaStrea
   HostStream* hostStream = stream != nullptr ? HostStream::fromHandle(stream) : nullptr;
   const UsedBuffer* onDevice = nullptr;
   const UsedBuffer* onHost = nullptr;
+  const void* lastPtr = nullptr;  // in place: one query serves both buffers (~0.3 us each with a GPU present)
+  int lastDevice = -1;
   for (const UsedBuffer& b : used) {
     if (b.count == 0) continue;
-    const int device = cuda::deviceOf(b.ptr);
+    const int device = b.ptr != nullptr && b.ptr == lastPtr ? lastDevice : cuda::deviceOf(b.ptr);
+    lastPtr = b.ptr;
+    lastDevice = device;
     if (device < 0) {
       if (onHost == nullptr) onHost = &b;
       continue;
