@@ -37,6 +37,11 @@ struct Probe {
   RuntimeDeviceCount deviceCount = nullptr;
   RuntimeBusId busId = nullptr;
   DriverQuery driver = nullptr;
+  // Only an installed runtime allocates (a runtime merely found in the
+  // process is not the executor's).
+  int (*malloc)(void**, size_t) = nullptr;
+  int (*free)(void*) = nullptr;
+  const char* (*errorString)(int) = nullptr;
 };
 
 // Set once by installRuntime (at load, before any query).
@@ -63,11 +68,7 @@ const Probe& probe() {
 
 }  // namespace
 
-// The installed runtime's allocation entry points (null: none installed).
-static RuntimeEntryPoints gEntryPoints;
-
 void installRuntime(const RuntimeEntryPoints& e) {
-  gEntryPoints = e;
   static Probe installed;
   installed.runtime = e.pointerAttributes;
   installed.clearError = e.getLastError;
@@ -75,28 +76,34 @@ void installRuntime(const RuntimeEntryPoints& e) {
   installed.setDevice = e.setDevice;
   installed.deviceCount = e.getDeviceCount;
   installed.busId = e.deviceGetPCIBusId;
+  installed.malloc = e.malloc;
+  installed.free = e.free;
+  installed.errorString = e.errorString;
   gInstalled.store(&installed, std::memory_order_release);
 }
 
 bool runtimeInstalled() { return gInstalled.load(std::memory_order_acquire) != nullptr; }
 
 int allocateDevice(void** ptr, size_t bytes) {
-  if (!runtimeInstalled() || gEntryPoints.malloc == nullptr) return -1;
-  const int err = gEntryPoints.malloc(ptr, bytes);
-  if (err != 0 && gEntryPoints.getLastError != nullptr) gEntryPoints.getLastError();
+  const Probe& p = probe();
+  if (p.malloc == nullptr) return -1;
+  const int err = p.malloc(ptr, bytes);
+  if (err != 0 && p.clearError != nullptr) p.clearError();
   return err;
 }
 
 int freeDevice(void* ptr) {
-  if (!runtimeInstalled() || gEntryPoints.free == nullptr) return -1;
-  const int err = gEntryPoints.free(ptr);
-  if (err != 0 && gEntryPoints.getLastError != nullptr) gEntryPoints.getLastError();
+  const Probe& p = probe();
+  if (p.free == nullptr) return -1;
+  const int err = p.free(ptr);
+  if (err != 0 && p.clearError != nullptr) p.clearError();
   return err;
 }
 
 const char* errorString(int error) {
-  if (error == -1 || !runtimeInstalled() || gEntryPoints.errorString == nullptr) return "no CUDA runtime";
-  return gEntryPoints.errorString(error);
+  const Probe& p = probe();
+  if (error == -1 || p.errorString == nullptr) return "no CUDA runtime";
+  return p.errorString(error);
 }
 
 int deviceOf(const void* ptr) {
