@@ -10,7 +10,9 @@
 # memory, their deadline and abort), loopback_bench (the AllReduce kernel's
 # throughput against cudaMemcpy) and device_conformance (C against NVIDIA's
 # nccl.h, forked ranks on cudaMalloc'd buffers through Plait's executor; on a
-# one-GPU machine the ranks share the device: PLAIT_ALLOW_SHARED_DEVICE=1).
+# one-GPU machine the ranks share the device: PLAIT_ALLOW_SHARED_DEVICE=1),
+# run with FIFOs in GPU memory (P2P, the default) and in host memory
+# (NCCL_P2P_DISABLE=1).
 # Logs go to $OUT (or ./gpu-check-logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +52,10 @@ run() {
   for n in 2 3 4 abort; do
     step "device_conformance_$n" 120 env PLAIT_ALLOW_SHARED_DEVICE=1 PLAIT_DEBUG=WARN .gpu/bin/device_conformance "$n"
   done
+  step device_conformance_4_shm 120 env PLAIT_ALLOW_SHARED_DEVICE=1 NCCL_P2P_DISABLE=1 .gpu/bin/device_conformance 4
+  step device_paths 60 env PLAIT_ALLOW_SHARED_DEVICE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
+    .gpu/bin/device_conformance 2
+  grep -h "device FIFOs via" "$logs/device_paths.log" | sed 's/^[^]]*] //'
   if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     step memcheck_conformance_2 300 env PLAIT_ALLOW_SHARED_DEVICE=1 compute-sanitizer --tool memcheck \
       --target-processes all --error-exitcode 9 .gpu/bin/device_conformance 2

@@ -48,7 +48,10 @@ PathOptions pathOptionsFromEnv(const TopoSystem& system) {
     PLAIT_WARN(kEnv, "NCCL_P2P_LEVEL=%s is not a path type; keeping %s", kP2pLevel.get().c_str(),
                pathTypeName(opts.p2pLevel));
   }
-  if (kP2pDisable.get() != 0) opts.p2pLevel = PathType::kLoc;
+  if (kP2pDisable.get() != 0) {
+    opts.p2pDisable = true;
+    opts.p2pLevel = PathType::kLoc;
+  }
   opts.nvbDisable = kNvbDisable.get() != 0;
   opts.pxnDisable = kPxnDisable.get() != 0;
   if (auto level = parseLevel(kNetGdrLevel.get())) opts.gdrLevel = *level;

@@ -35,6 +35,9 @@ struct PathOptions {
   // Default: SYS, or PXB when the CPUs are Intel, ARM or Zhaoxin (their
   // bridges forward peer traffic badly).
   PathType p2pLevel = PathType::kSys;
+  // NCCL_P2P_DISABLE=1: no direct GPU peer access at all (p2pLevel is then
+  // LOC too, so paths route through the CPU).
+  bool p2pDisable = false;
   bool nvbDisable = false;  // NCCL_NVB_DISABLE
   bool pxnDisable = false;  // NCCL_PXN_DISABLE
   // Highest GPU -> NIC path type for GPUDirect RDMA (NCCL_NET_GDR_LEVEL).

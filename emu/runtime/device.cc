@@ -3,7 +3,10 @@
 // PLAIT_EMU_DEVICES (default 8) emulated devices, all alike: compute
 // capability 9.0, 132 multiprocessors, a 1 GHz clock (clock64() counts
 // nanoseconds), 80 GiB, PCI bus id 0000:<device+1>:00.0, peers can access
-// each other.
+// each other unless PLAIT_EMU_NO_PEER_ACCESS lists the pair ("0-1,2-3": those
+// devices cannot reach each other, either way), so that transports' fallbacks
+// for GPUs without peer access can be tested.
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +50,39 @@ int deviceCount() {
 }
 
 bool validDevice(int device) { return device >= 0 && device < deviceCount(); }
+
+// PLAIT_EMU_NO_PEER_ACCESS: pairs "a-b" separated by commas; bit b of
+// denied[a] (and a of denied[b]) is set for each.
+bool peerAccessDenied(int a, int b) {
+  static const std::array<uint64_t, 64> denied = [] {
+    std::array<uint64_t, 64> bits{};
+    const char* text = std::getenv("PLAIT_EMU_NO_PEER_ACCESS");
+    for (const char* p = text; p != nullptr && *p != '\0';) {
+      char* end = nullptr;
+      const long x = std::strtol(p, &end, 10);
+      if (end == p || *end != '-') break;
+      p = end + 1;
+      const long y = std::strtol(p, &end, 10);
+      if (end == p) break;
+      if (x >= 0 && x < 64 && y >= 0 && y < 64) {
+        bits[x] |= uint64_t(1) << y;
+        bits[y] |= uint64_t(1) << x;
+      }
+      p = *end == ',' ? end + 1 : end;
+      if (*end != ',' && *end != '\0') break;
+    }
+    return bits;
+  }();
+  return ((denied[a] >> b) & 1) != 0;
+}
+
+namespace {
+
+// Peer access enabled from each device, as bits over peers.
+std::mutex gPeerMu;
+std::array<uint64_t, 64> gPeerEnabled{};
+
+}  // namespace
 int currentDevice() { return tDevice; }
 
 const void* registerKernel(const void* kernel, KernelBinder bind) {
@@ -94,6 +130,8 @@ const char* cudaGetErrorName(cudaError_t error) {
     PLAIT_EMU_NAME(cudaErrorMapBufferObjectFailed)
     PLAIT_EMU_NAME(cudaErrorDeviceUninitialized)
     PLAIT_EMU_NAME(cudaErrorNotSupported)
+    PLAIT_EMU_NAME(cudaErrorPeerAccessUnsupported)
+    PLAIT_EMU_NAME(cudaErrorPeerAccessAlreadyEnabled)
 #undef PLAIT_EMU_NAME
     default: return "cudaErrorUnknown";
   }
@@ -110,6 +148,8 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorPeerAccessUnsupported: return "peer access is not supported between these two devices";
+    case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
     default: return cudaGetErrorName(error);
   }
 }
@@ -185,13 +225,32 @@ cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
 cudaError_t cudaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice) {
   if (canAccessPeer == nullptr) return fail(cudaErrorInvalidValue);
   if (!validDevice(device) || !validDevice(peerDevice)) return fail(cudaErrorInvalidDevice);
-  *canAccessPeer = device != peerDevice;
+  *canAccessPeer = device != peerDevice && !peerAccessDenied(device, peerDevice);
   return cudaSuccess;
 }
 
+cudaError_t cudaDeviceGetByPCIBusId(int* device, const char* pciBusId) {
+  if (device == nullptr || pciBusId == nullptr) return fail(cudaErrorInvalidValue);
+  unsigned domain = 0, bus = 0, dev = 0, fn = 0;
+  if (std::sscanf(pciBusId, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) != 4) return fail(cudaErrorInvalidValue);
+  const int d = static_cast<int>(bus) - 1;
+  if (domain != 0 || dev != 0 || fn != 0 || !validDevice(d)) return fail(cudaErrorInvalidDevice);
+  *device = d;
+  return cudaSuccess;
+}
+
+// As CUDA: access from the current device to `peerDevice`; an error when the
+// pair cannot peer, and cudaErrorPeerAccessAlreadyEnabled the second time.
 cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags) {
   if (!validDevice(peerDevice)) return fail(cudaErrorInvalidDevice);
-  return flags == 0 ? cudaSuccess : fail(cudaErrorInvalidValue);
+  if (flags != 0) return fail(cudaErrorInvalidValue);
+  const int self = currentDevice();
+  if (self == peerDevice || peerAccessDenied(self, peerDevice)) return fail(cudaErrorPeerAccessUnsupported);
+  std::lock_guard<std::mutex> lock(gPeerMu);
+  const uint64_t bit = uint64_t(1) << peerDevice;
+  if ((gPeerEnabled[self] & bit) != 0) return fail(cudaErrorPeerAccessAlreadyEnabled);
+  gPeerEnabled[self] |= bit;
+  return cudaSuccess;
 }
 
 cudaError_t cudaDriverGetVersion(int* version) {

@@ -18,6 +18,8 @@ cudaError_t fail(cudaError_t err);
 int currentDevice();
 int deviceCount();
 bool validDevice(int device);
+// Whether PLAIT_EMU_NO_PEER_ACCESS says devices a and b cannot reach each other.
+bool peerAccessDenied(int a, int b);
 
 // ---- memory (memory.cc) ----
 enum class MemKind { kDevice, kHost, kRegistered, kIpc };

@@ -224,6 +224,8 @@ cudaError_t cudaIpcOpenMemHandle(void** devPtr, cudaIpcMemHandle_t handle, unsig
   std::memcpy(&h, handle.reserved, sizeof(h));
   if (devPtr == nullptr || h.magic != kIpcMagic || h.size == 0) return fail(cudaErrorInvalidValue);
   if (h.pid == ::getpid()) return fail(cudaErrorDeviceUninitialized);  // CUDA refuses one's own handle too
+  if (h.device != currentDevice() && (!validDevice(h.device) || peerAccessDenied(currentDevice(), h.device)))
+    return fail(cudaErrorPeerAccessUnsupported);  // memory of a device this one cannot reach
   const std::string path = "/proc/" + std::to_string(h.pid) + "/fd/" + std::to_string(h.fd);
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return fail(cudaErrorMapBufferObjectFailed);

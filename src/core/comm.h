@@ -98,6 +98,7 @@ class Communicator {
   // The CUDA executor's part of init and of each device task (device_path.cc).
   Status connectDevice(OobExchange& oob, const ShmTransportOptions& hostOptions, Deadline deadline);
   Status deviceUnavailableReason(const std::vector<DeviceIdentity>& ids) const;
+  std::vector<std::string> p2pRefusals(const std::vector<DeviceIdentity>& ids) const;
   Status runOnDevice(const Task& task);
   Status runDeviceP2p(const std::vector<Task>& tasks);
   void releaseDevice();

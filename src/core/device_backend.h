@@ -19,6 +19,7 @@
 #include "core/task.h"
 #include "plait/status.hpp"
 #include "transport/fifo.h"
+#include "transport/oob.h"
 
 namespace plait {
 
@@ -40,6 +41,14 @@ struct DeviceBackendSetup {
   std::vector<DeviceFifoMemory> p2pSend;  // per rank: to that rank (its memory); none for ourselves
   std::vector<DeviceFifoMemory> p2pRecv;  // per rank: from that rank (our memory); none for ourselves
   int64_t timeoutMs = 0;                // PLAIT_TIMEOUT: the kernel-side deadline of each wait
+  // For the backend's own connections (FIFOs in GPU memory between devices
+  // that reach each other, transport/p2p/): the exchange is collective, and
+  // every rank's factory runs it the same way, failures included.
+  OobExchange* oob = nullptr;
+  Deadline deadline = Deadline::never();
+  std::vector<std::string> busIds;      // per rank: its device's PCI bus id
+  std::vector<int> pids;                // per rank: its process (threads of ours share memory by address)
+  std::vector<std::string> p2pRefusal;  // per rank: why P2P to it is forbidden (NCCL_P2P_DISABLE/LEVEL), "" if not
 };
 
 // One send, receive or local copy of a group's point-to-point batch on
@@ -87,6 +96,9 @@ class DeviceBackend {
   virtual void joinBack(void* userStream) = 0;
   // "CUDA device 3 (bus 0000:41:00.0)": for logs and errors.
   virtual std::string description() const = 0;
+  // How this rank's kernels reach `peer`: "P2P/IPC", "P2P/direct pointer",
+  // or "SHM (<why not P2P>)". For the INFO line per peer.
+  virtual std::string peerPath(int peer) const = 0;
 };
 
 using DeviceBackendFactory = Result<std::unique_ptr<DeviceBackend>> (*)(const DeviceBackendSetup& setup);

@@ -10,11 +10,14 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <strings.h>
 
 #include "base/config.h"
 #include "base/cuda_probe.h"
 #include "base/log.h"
 #include "core/comm.h"
+#include "topology/topology.h"
 
 namespace plait {
 
@@ -50,6 +53,53 @@ Status Communicator::deviceUnavailableReason(const std::vector<DeviceIdentity>& 
                             "communicator), unless every rank sets PLAIT_ALLOW_SHARED_DEVICE=1");
     }
   return Status::ok();
+}
+
+// Per rank: why NCCL_P2P_DISABLE or NCCL_P2P_LEVEL forbid this rank's
+// kernels a direct (P2P) path to it, or "" when they allow one. The level is
+// judged on this host's topology (NCCL_TOPO_FILE and detection) when it
+// knows both GPUs; where it does not, only LOC is enforced (the same device),
+// and the runtime's cudaDeviceCanAccessPeer decides the rest.
+std::vector<std::string> Communicator::p2pRefusals(const std::vector<DeviceIdentity>& ids) const {
+  std::vector<std::string> why(nranks_);
+  const char* mine = ids[rank_].busId;
+  const bool otherDevices = std::any_of(ids.begin(), ids.end(), [&](const DeviceIdentity& id) {
+    return std::strncmp(id.busId, mine, sizeof(id.busId)) != 0;
+  });
+  std::optional<topo::TopoSystem> system;
+  if (otherDevices) {
+    auto loaded = topo::loadLocalSystem();
+    if (loaded.isOk()) system = std::move(loaded).value();
+  }
+  const topo::PathOptions options = topo::pathOptionsFromEnv(system ? *system : topo::TopoSystem{});
+  std::optional<topo::PathTable> paths;
+  auto gpuOrdinal = [&](const char* busId) {
+    if (!system) return -1;
+    const std::vector<int> gpus = system->of(topo::NodeType::kGpu);
+    for (size_t g = 0; g < gpus.size(); ++g)
+      if (strcasecmp(system->nodes[gpus[g]].busId.c_str(), busId) == 0) return static_cast<int>(g);
+    return -1;
+  };
+  const int me = gpuOrdinal(mine);
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    if (options.p2pDisable) {
+      why[r] = "NCCL_P2P_DISABLE=1";
+      continue;
+    }
+    const bool sameDevice = std::strncmp(ids[r].busId, mine, sizeof(ids[r].busId)) == 0;
+    if (sameDevice) continue;
+    const int peer = gpuOrdinal(ids[r].busId);
+    if (me >= 0 && peer >= 0) {
+      if (!paths) paths.emplace(*system, options);
+      if (!paths->p2pAllowed(me, peer))
+        why[r] = std::string("the path between the GPUs is ") + topo::pathTypeName(paths->gpuToGpu(me, peer).type) +
+                 ", beyond NCCL_P2P_LEVEL " + topo::pathTypeName(options.p2pLevel);
+    } else if (options.p2pLevel == topo::PathType::kLoc) {
+      why[r] = "NCCL_P2P_LEVEL=LOC and the ranks are on different devices";
+    }
+  }
+  return why;
 }
 
 Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& hostOptions, Deadline deadline) {
@@ -92,6 +142,11 @@ Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& 
   setup.rings = rings_;
   setup.positions = ringPositions_;
   setup.timeoutMs = timeoutMs_;
+  setup.oob = &oob;
+  setup.deadline = deadline;
+  setup.pids = pids_;
+  for (const DeviceIdentity& id : ids) setup.busIds.emplace_back(id.busId);
+  setup.p2pRefusal = p2pRefusals(ids);
   for (int c = 0; c < so.nChannels; ++c) {
     FifoReceiver* r = deviceShm_->ringRecv(c);
     FifoSender* s = deviceShm_->ringSend(c);
@@ -125,8 +180,9 @@ Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& 
     deviceShm_.reset();
     return Status::ok();
   }
-  PLAIT_INFO(kInit, "rank %d: device collectives on %s through shared host memory (SHM) to every peer", rank_,
-             device_->description().c_str());
+  PLAIT_INFO(kInit, "rank %d: device collectives on %s", rank_, device_->description().c_str());
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_) PLAIT_INFO(kInit, "rank %d -> rank %d: device FIFOs via %s", rank_, r, device_->peerPath(r).c_str());
   return Status::ok();
 }
 

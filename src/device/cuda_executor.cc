@@ -19,6 +19,7 @@
 // ON HARDWARE: ranks on distinct GPUs at once (PCIe ordering between them),
 // ranks as threads of one process sharing a device.
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -36,6 +37,7 @@
 #include "base/log.h"
 #include "core/device_backend.h"
 #include "plait/status.hpp"
+#include "transport/p2p/p2p_transport.h"
 
 namespace plait {
 namespace {
@@ -93,6 +95,9 @@ class CudaExecutor final : public DeviceBackend {
   void abort() override;
   bool drain(Deadline deadline) override;
   std::string description() const override { return description_; }
+  std::string peerPath(int peer) const override {
+    return peer >= 0 && static_cast<size_t>(peer) < peerPaths_.size() ? peerPaths_[peer] : std::string();
+  }
   void joinBack(void* userStream) override {
     ScopedDevice scope(setup_.cudaDev);
     Status s = join(static_cast<cudaStream_t>(userStream), internal_);
@@ -100,7 +105,8 @@ class CudaExecutor final : public DeviceBackend {
   }
 
  private:
-  Status mapFifo(const DeviceFifoMemory& fifo, DeviceFifo* out);
+  Status connectP2p();
+  Status mapFifo(const DeviceFifoMemory& fifo, void* p2pMemory, DeviceFifo* out);
   Status buildWork(const Task& task, const DevicePlan& plan, DeviceWork* w, int* nChannels) const;
   Status track(cudaStream_t stream);
   Status join(cudaStream_t waiter, cudaStream_t waited);
@@ -108,6 +114,8 @@ class CudaExecutor final : public DeviceBackend {
 
   DeviceBackendSetup setup_;
   std::string description_;
+  std::unique_ptr<P2pTransport> p2p_;  // FIFOs in GPU memory to peers our device reaches; null: none
+  std::vector<std::string> peerPaths_;  // per rank: how we reach it (peerPath)
   std::vector<void*> registered_;      // host ranges this executor registered with CUDA
   std::vector<DeviceFifo> recv_, send_;  // per channel, device addresses
   std::vector<DeviceFifo> p2pSend_, p2pRecv_;  // per rank, device addresses (none for ourselves)
@@ -132,6 +140,8 @@ Status CudaExecutor::init() {
   if (setup_.nranks > kMaxDeviceRanks)
     return invalidUsage(std::to_string(setup_.nranks) + " ranks: the device kernels carry ring orders of at most " +
                         std::to_string(kMaxDeviceRanks) + " ranks");
+  // First: its exchanges are collective, so no rank may leave before them.
+  PLAIT_RETURN_IF_ERROR(connectP2p());
   void* control = nullptr;
   cudaError_t err = cudaHostAlloc(&control, kControlWords * sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable);
   if (err != cudaSuccess) return cudaFailure(err, "cudaHostAlloc of the abort and status words");
@@ -151,8 +161,8 @@ Status CudaExecutor::init() {
   recv_.resize(nChannels);
   send_.resize(nChannels);
   for (size_t c = 0; c < nChannels && setup_.nranks > 1; ++c) {
-    PLAIT_RETURN_IF_ERROR(mapFifo(setup_.recv[c], &recv_[c]));
-    PLAIT_RETURN_IF_ERROR(mapFifo(setup_.send[c], &send_[c]));
+    PLAIT_RETURN_IF_ERROR(mapFifo(setup_.recv[c], p2p_ ? p2p_->ringRecv(c) : nullptr, &recv_[c]));
+    PLAIT_RETURN_IF_ERROR(mapFifo(setup_.send[c], p2p_ ? p2p_->ringSend(c) : nullptr, &send_[c]));
   }
   p2pSend_.resize(setup_.nranks);
   p2pRecv_.resize(setup_.nranks);
@@ -160,8 +170,8 @@ Status CudaExecutor::init() {
     if (r == setup_.rank) continue;
     if (static_cast<size_t>(r) >= setup_.p2pSend.size() || static_cast<size_t>(r) >= setup_.p2pRecv.size())
       return internalError("device executor: no point-to-point FIFOs for rank " + std::to_string(r));
-    PLAIT_RETURN_IF_ERROR(mapFifo(setup_.p2pSend[r], &p2pSend_[r]));
-    PLAIT_RETURN_IF_ERROR(mapFifo(setup_.p2pRecv[r], &p2pRecv_[r]));
+    PLAIT_RETURN_IF_ERROR(mapFifo(setup_.p2pSend[r], p2p_ ? p2p_->p2pSend(r) : nullptr, &p2pSend_[r]));
+    PLAIT_RETURN_IF_ERROR(mapFifo(setup_.p2pRecv[r], p2p_ ? p2p_->p2pRecv(r) : nullptr, &p2pRecv_[r]));
   }
   void* tables = nullptr;
   const size_t tableBytes = 2 * static_cast<size_t>(setup_.nranks) * sizeof(DeviceFifo);
@@ -178,9 +188,62 @@ Status CudaExecutor::init() {
   return Status::ok();
 }
 
-// Registers one FIFO's shared memory with CUDA (mapped, every context) and
-// finds its device address.
-Status CudaExecutor::mapFifo(const DeviceFifoMemory& fifo, DeviceFifo* out) {
+// Chooses how the kernels reach each peer (transport/p2p/: GPU memory when
+// both devices can, else the shared host memory the core connected) and
+// connects the P2P FIFOs. Every rank runs both exchanges.
+Status CudaExecutor::connectP2p() {
+  const int n = setup_.nranks;
+  peerPaths_.assign(n, "");
+  if (n == 1) return Status::ok();
+  if (setup_.oob == nullptr || setup_.busIds.size() != static_cast<size_t>(n) ||
+      setup_.p2pRefusal.size() != static_cast<size_t>(n))
+    return internalError("device executor: no out-of-band exchange for the P2P transport");
+  P2pPeerQuery query;
+  query.rank = setup_.rank;
+  query.nranks = n;
+  query.cudaDev = setup_.cudaDev;
+  query.busIds = setup_.busIds;
+  query.refusal = setup_.p2pRefusal;
+  PLAIT_ASSIGN_OR_RETURN(P2pPeers peers, choosePeers(*setup_.oob, query, setup_.deadline));
+  P2pTransportOptions o;
+  o.rank = setup_.rank;
+  o.nranks = n;
+  o.cudaDev = setup_.cudaDev;
+  o.use = peers.use;
+  for (size_t c = 0; c < setup_.rings.size() && c < setup_.recv.size(); ++c) {
+    const int pos = setup_.positions[c];
+    o.ringPrev.push_back(setup_.rings[c][(pos + n - 1) % n]);
+    o.ringNext.push_back(setup_.rings[c][(pos + 1) % n]);
+  }
+  o.ring = setup_.recv.empty() ? FifoShape{} : setup_.recv[0].shape;
+  for (const DeviceFifoMemory& f : setup_.p2pRecv)
+    if (f.memory != nullptr) o.p2p = f.shape;
+  if (!o.ring.valid()) o.ring = FifoShape{8, 128 << 10};
+  if (!o.p2p.valid()) o.p2p = o.ring;
+  PLAIT_ASSIGN_OR_RETURN(p2p_, P2pTransport::connect(*setup_.oob, o, setup_.deadline));
+  const int myPid = static_cast<int>(::getpid());
+  for (int r = 0; r < n; ++r) {
+    if (r == setup_.rank) continue;
+    if (peers.use[r] == 0) {
+      peerPaths_[r] = "SHM (" + peers.why[r] + ")";
+    } else {
+      const bool sameProcess = r < static_cast<int>(setup_.pids.size()) && setup_.pids[r] == myPid;
+      peerPaths_[r] = sameProcess ? "P2P/direct pointer" : "P2P/IPC";
+    }
+  }
+  return Status::ok();
+}
+
+// The device address of one FIFO: `p2pMemory` when the edge is P2P (GPU
+// memory), else the core's shared host memory, registered with CUDA (mapped,
+// every context).
+Status CudaExecutor::mapFifo(const DeviceFifoMemory& fifo, void* p2pMemory, DeviceFifo* out) {
+  if (p2pMemory != nullptr) {
+    out->memory = p2pMemory;
+    out->nSteps = fifo.shape.nSteps;
+    out->stepBytes = fifo.shape.stepBytes;
+    return Status::ok();
+  }
   if (fifo.memory == nullptr) return internalError("device executor: a ring FIFO has no memory");
   const size_t bytes = fifo.shape.totalBytes();
   cudaError_t err = cudaHostRegister(fifo.memory, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
@@ -200,6 +263,7 @@ CudaExecutor::~CudaExecutor() {
   for (auto& [stream, event] : lastLaunch_) (void)cudaEventDestroy(event);
   if (internal_ != nullptr) (void)cudaStreamDestroy(internal_);
   for (void* p : registered_) (void)cudaHostUnregister(p);
+  p2p_.reset();
   if (control_ != nullptr) (void)cudaFreeHost(control_);
   if (p2pTables_ != nullptr) (void)cudaFreeHost(p2pTables_);
   (void)cudaGetLastError();
@@ -399,7 +463,13 @@ Status CudaExecutor::asyncError() const {
   return Status::ok();
 }
 
-void CudaExecutor::abort() { AtomicRef<uint32_t>(control_[kAbortWord]).store(1, mo::release); }
+void CudaExecutor::abort() {
+  AtomicRef<uint32_t>(control_[kAbortWord]).store(1, mo::release);
+  if (p2p_) {  // peers' kernels waiting on this rank's P2P FIFOs give up too
+    ScopedDevice scope(setup_.cudaDev);
+    p2p_->markAborted();
+  }
+}
 
 bool CudaExecutor::drain(Deadline deadline) {
   ScopedDevice scope(setup_.cudaDev);
