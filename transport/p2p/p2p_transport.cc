@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "base/log.h"
 
@@ -64,6 +66,54 @@ std::string reachability(const P2pPeerQuery& q, int peer) {
   return "";
 }
 
+// Blocks shared by address between ranks that are threads of this process.
+// A peer's kernel may still start after the owner destroyed its
+// communicator (the last rank of a Broadcast chain maps the root's FIFO and
+// may launch after the root is done): as an IPC mapping would, each user
+// holds the block, and the last release frees it.
+struct SharedBlock {
+  int device = -1;
+  int holders = 0;
+};
+std::mutex gBlocksMu;
+std::map<void*, SharedBlock>& sharedBlocks() {
+  static auto* blocks = new std::map<void*, SharedBlock>();
+  return *blocks;
+}
+
+void holdBlock(void* block, int device) {
+  std::lock_guard<std::mutex> lock(gBlocksMu);
+  SharedBlock& b = sharedBlocks()[block];
+  b.device = device;
+  ++b.holders;
+}
+
+// Holds `block` if it is still allocated; false when it was freed already.
+bool holdIfAlive(void* block) {
+  std::lock_guard<std::mutex> lock(gBlocksMu);
+  auto it = sharedBlocks().find(block);
+  if (it == sharedBlocks().end()) return false;
+  ++it->second.holders;
+  return true;
+}
+
+void releaseBlock(void* block) {
+  int device = -1;
+  {
+    std::lock_guard<std::mutex> lock(gBlocksMu);
+    auto it = sharedBlocks().find(block);
+    if (it == sharedBlocks().end() || --it->second.holders > 0) return;
+    device = it->second.device;
+    sharedBlocks().erase(it);
+  }
+  int saved = -1;
+  if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
+  if (device >= 0 && device != saved) (void)cudaSetDevice(device);
+  (void)cudaFree(block);
+  if (saved >= 0 && device != saved) (void)cudaSetDevice(saved);
+  (void)cudaGetLastError();
+}
+
 }  // namespace
 
 Result<P2pPeers> choosePeers(OobExchange& oob, const P2pPeerQuery& q, Deadline deadline) {
@@ -113,6 +163,7 @@ Status P2pTransport::allocate() {
   err = cudaMalloc(&own_, bytes);
   if (err != cudaSuccess) return cudaFailure(err, "cudaMalloc of " + std::to_string(bytes) + " bytes of P2P FIFOs");
   ownBytes_ = bytes;
+  holdBlock(own_, o.cudaDev);
   // Zeroed on a stream of our own: cudaMemset would order itself after
   // every kernel of the legacy default stream.
   err = cudaMemsetAsync(own_, 0, bytes, stream);
@@ -126,6 +177,9 @@ Status P2pTransport::mapPeer(int peer, const P2pRecord& rec, void** base) {
     // A thread of this process: its address is ours. Another device needs
     // peer access enabled from ours (once per pair; again is harmless).
     *base = reinterpret_cast<void*>(static_cast<uintptr_t>(rec.base));
+    if (!holdIfAlive(*base))
+      return internalError("P2P: rank " + std::to_string(peer) + "'s FIFOs were freed before this rank mapped them");
+    held_.push_back(*base);
     if (rec.cudaDev != options_.cudaDev) {
       const cudaError_t err = cudaDeviceEnablePeerAccess(rec.cudaDev, 0);
       if (err != cudaSuccess && err != cudaErrorPeerAccessAlreadyEnabled)
@@ -242,11 +296,12 @@ void P2pTransport::markAborted() {
 
 P2pTransport::~P2pTransport() {
   for (void* p : opened_) (void)cudaIpcCloseMemHandle(p);
+  for (void* p : held_) releaseBlock(p);
   if (stream_ != nullptr) {
     (void)cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
     (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   }
-  if (own_ != nullptr) (void)cudaFree(own_);
+  if (own_ != nullptr) releaseBlock(own_);  // freed here unless a peer thread still holds it
   (void)cudaGetLastError();
 }
 

@@ -19,6 +19,11 @@
 // sees (cudaDeviceGetByPCIBusId) with cudaDeviceCanAccessPeer.
 //
 // Built only with the CUDA executor (PLAIT_WITH_CUDA, or the emulator).
+// Lifetime: between threads of one process a block stays until every rank
+// that maps it is gone (a hold count), so a peer's kernel that starts after
+// this rank destroyed its communicator still finds the memory. Across
+// processes that rests on the IPC mapping keeping the allocation alive (the
+// emulator's does; UNVERIFIED with CUDA's legacy IPC).
 // Threading: connect and the destructor from one thread; markAborted from any.
 #pragma once
 
@@ -99,6 +104,7 @@ class P2pTransport {
   std::vector<size_t> ringOffset_;  // per channel: offset of our receive FIFO in own_, or kNone
   std::vector<size_t> p2pOffset_;   // per rank: likewise
   std::vector<void*> opened_;       // peers' blocks we opened by IPC (closed at destruction)
+  std::vector<void*> held_;         // blocks of peer threads we hold (released at destruction)
   std::vector<void*> ringRecv_, ringSend_, p2pRecv_, p2pSend_;
 };
 
