@@ -17,7 +17,7 @@ if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then
   # runtime: only the targets the emulation tests need are built. It needs
   # the CUDA toolkit's headers (not a GPU, not libcudart).
   if [[ -f /usr/local/cuda/include/cuda_runtime_api.h ]] || command -v nvcc >/dev/null; then
-    TSAN_TARGETS="device_compile_check test_emu_runtime emu_fault_check test_emu_device_buffers test_device_stream"
+    TSAN_TARGETS="device_compile_check test_emu_runtime emu_fault_check test_emu_device_buffers test_device_stream test_device_transports"
     # The collective matrix on device buffers (tests/emu/device_staging.h) and
     # the drop-in program against NVIDIA's headers.
     EMU_TARGETS="$TSAN_TARGETS test_device_allreduce test_device_collectives test_device_p2p_groups device_conformance"
@@ -27,10 +27,12 @@ if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then
     # Again under ThreadSanitizer, each CUDA thread a TSan fiber: races in the
     # kernels' FIFO protocol and between a block's threads. Loopback cases up
     # to 5000 elements (larger ones add time, not interleavings); no forks
-    # (TSan cannot start threads in a child of a threaded process).
+    # (TSan cannot start threads in a child of a threaded process); two
+    # device channels (each CUDA thread is a TSan fiber, and TSan holds at
+    # most 8128 threads and fibers: 4 ranks x 16 blocks x 256 threads is more).
     BUILD_DIR="$ROOT/build-emu-tsan" TARGETS="$TSAN_TARGETS" \
       "$ROOT/scripts/build.sh" -DPLAIT_DEVICE_EMULATION=ON -DPLAIT_SANITIZE_THREAD=ON -DPLAIT_BUILD_PERF=OFF
-    (cd "$ROOT/build-emu-tsan" && PLAIT_DEVICE_CHECK_MAX_COUNT=5000 TSAN_OPTIONS=halt_on_error=1 \
+    (cd "$ROOT/build-emu-tsan" && PLAIT_DEVICE_CHECK_MAX_COUNT=5000 PLAIT_DEVICE_NCHANNELS=2 TSAN_OPTIONS=halt_on_error=1 \
       ctest --output-on-failure --timeout 900 -L emu -LE "process|notsan")
   else
     echo "test.sh: device emulation skipped: no CUDA toolkit headers (/usr/local/cuda or nvcc in PATH)"

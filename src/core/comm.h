@@ -141,6 +141,7 @@ class Communicator {
   std::unique_ptr<OpBoard> board_;  // null without local peers
   int cudaDev_ = -1;
   std::vector<DeviceIdentity> devices_;   // per rank, exchanged at init
+  int deviceChannels_ = 0;                // ring channels the device path connected
   std::unique_ptr<ShmTransport> deviceShm_;  // ring FIFOs only kernels use (host ones cache their counters)
   std::unique_ptr<DeviceBackend> device_;    // null: device buffers are refused with deviceUnavailable_
   Status deviceUnavailable_;

@@ -30,6 +30,10 @@ struct DeviceFifoMemory {
   FifoShape shape;
 };
 
+// Most channels (thread blocks per rank and kernel) a device collective may
+// use: algorithms/device's kMaxDeviceChannels (the executor checks they agree).
+constexpr int kDeviceChannelLimit = 32;
+
 struct DeviceBackendSetup {
   int rank = 0;
   int nranks = 1;

@@ -26,6 +26,10 @@ PLAIT_PARAM_INT(kAllowSharedDevice, "ALLOW_SHARED_DEVICE", 0,
                 "kernels of those ranks must run at the same time, which separate processes get by time-slicing "
                 "and threads of one process only on non-blocking streams");
 
+PLAIT_PARAM_INT(kDeviceChannels, "DEVICE_NCHANNELS", 16,
+                "channels the device path connects at init (1..32): a device collective uses one thread block per "
+                "channel and rank, one channel per 256 KiB of its buffer up to this many");
+
 // Whether every rank can take part in device collectives, as a status whose
 // message says why not (the same on every rank: it is computed from what all
 // of them sent).
@@ -127,7 +131,22 @@ Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& 
   }
 
   // Every rank gets here (the decision above is the same everywhere).
+  // Device channels reuse the host's rings in turn: the kernels want more
+  // channels (thread blocks) than the host has cores to drive.
+  const int64_t wanted = kDeviceChannels.get();
+  if (wanted < 1 || wanted > kDeviceChannelLimit)
+    return invalidUsage("PLAIT_DEVICE_NCHANNELS=" + std::to_string(wanted) + ": the device path connects 1 to " +
+                        std::to_string(kDeviceChannelLimit) + " channels");
+  deviceChannels_ = static_cast<int>(wanted);
+  const int hostChannels = hostOptions.nChannels;
   ShmTransportOptions so = hostOptions;
+  so.nChannels = deviceChannels_;
+  so.ringPrev.clear();
+  so.ringNext.clear();
+  for (int c = 0; c < deviceChannels_; ++c) {
+    so.ringPrev.push_back(hostOptions.ringPrev[c % hostChannels]);
+    so.ringNext.push_back(hostOptions.ringNext[c % hostChannels]);
+  }
   so.remoteRingSend.clear();
   so.remoteRingRecv.clear();
   so.remoteP2pSend.clear();
@@ -139,8 +158,10 @@ Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& 
   setup.rank = rank_;
   setup.nranks = nranks_;
   setup.cudaDev = cudaDev_;
-  setup.rings = rings_;
-  setup.positions = ringPositions_;
+  for (int c = 0; c < deviceChannels_; ++c) {
+    setup.rings.push_back(rings_[c % hostChannels]);
+    setup.positions.push_back(ringPositions_[c % hostChannels]);
+  }
   setup.timeoutMs = timeoutMs_;
   setup.oob = &oob;
   setup.deadline = deadline;
@@ -193,7 +214,7 @@ Status Communicator::runOnDevice(const Task& task) {
   if (isPointToPoint(task.coll)) return runDeviceP2p({task});
   const size_t blockBytes = task.count * typeSize(task.type);
   const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
-  const Plan plan = tuner_->ringPlan(task, blocked ? blockBytes * nranks_ : blockBytes);
+  const Plan plan = tuner_->devicePlan(task, blocked ? blockBytes * nranks_ : blockBytes, deviceChannels_);
   DevicePlan dp;
   dp.nChannels = plan.nChannels;
   dp.sliceBytes = plan.sliceBytes;

@@ -131,4 +131,15 @@ Plan Tuner::ringPlan(const Task& task, size_t bytes) const {
   return plan;
 }
 
+Plan Tuner::devicePlan(const Task& task, size_t bytes, int maxChannels) const {
+  Plan plan;
+  constexpr size_t kBytesPerChannel = size_t(256) << 10;
+  const size_t wanted = (bytes + kBytesPerChannel - 1) / kBytesPerChannel;
+  plan.algo = Algorithm::kRing;
+  plan.nChannels = static_cast<int>(std::clamp<size_t>(wanted, 1, static_cast<size_t>(std::max(1, maxChannels))));
+  plan.predictedUs = ringUs(task.coll, bytes, plan.nChannels);
+  fillRingSlicing(bytes, &plan);
+  return plan;
+}
+
 }  // namespace plait

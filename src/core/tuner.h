@@ -51,6 +51,10 @@ class Tuner {
   // The ring plan for this task whatever the cost model prefers (the CUDA
   // executor has ring schedules only). Never kCopy: callers handle one rank.
   Plan ringPlan(const Task& task, size_t bytes) const;
+  // A device collective's ring plan: one channel (a thread block per rank)
+  // per 256 KiB of the buffer, at most `maxChannels` (the device channels the
+  // communicator connected); slices and chunks as the host's.
+  Plan devicePlan(const Task& task, size_t bytes, int maxChannels) const;
   // Predicted time in microseconds of the plan chosen for this task.
   double estimateUs(const Task& task, size_t bytes) const { return plan(task, bytes).predictedUs; }
 

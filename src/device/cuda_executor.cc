@@ -83,6 +83,7 @@ DeviceColl deviceCollOf(CollType c) {
 constexpr size_t kAbortWord = 0;
 constexpr size_t kStatusWords = 1;
 constexpr size_t kControlWords = kStatusWords + kMaxDeviceChannels;
+static_assert(kDeviceChannelLimit == kMaxDeviceChannels, "the core connects at most the channels a kernel carries");
 
 class CudaExecutor final : public DeviceBackend {
  public:
