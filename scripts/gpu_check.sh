@@ -21,14 +21,14 @@ bundle() {
   local build=${BUILD:-build-gpu}
   cmake -S . -B "$build" -G Ninja -DPLAIT_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || return 1
-  ninja -C "$build" nccl device_compile_check device_conformance loopback_bench || return 1
+  ninja -C "$build" nccl device_compile_check device_conformance loopback_bench device_coll_perf || return 1
   rm -rf .gpu && mkdir -p .gpu/lib .gpu/bin
   cp -L "$build/src/api/libnccl.so.2" .gpu/lib/
   local lib
   for lib in libpugixml.so.1 libhwloc.so.15 libudev.so.1; do cp -L "/lib/x86_64-linux-gnu/$lib" .gpu/lib/; done
   cp -L /usr/local/cuda/lib/libcudart.so.13 .gpu/lib/
   cp "$build/algorithms/device/device_compile_check" "$build/tests/process/device_conformance" \
-    "$build/perf/device/loopback_bench" .gpu/bin/
+    "$build/perf/device/loopback_bench" "$build/perf/device/device_coll_perf" .gpu/bin/
   strip --strip-debug .gpu/lib/libnccl.so.2 .gpu/bin/*
   du -sh .gpu
 }
@@ -63,6 +63,21 @@ run() {
     step racecheck_kernels 300 compute-sanitizer --tool racecheck --error-exitcode 9 .gpu/bin/device_compile_check
   fi
   [ "${BENCH:-1}" = 1 ] && step loopback_bench 300 .gpu/bin/loopback_bench 256 10 && cat "$logs/loopback_bench.log"
+  if [ "${BENCH:-1}" = 1 ] || [ "${COLL_BENCH:-0}" = 1 ]; then
+    # The library on device buffers, FIFOs in GPU memory (P2P) against host
+    # memory (SHM), interleaved; ranks are threads sharing the GPU.
+    local coll n mode
+    for coll in allreduce allgather; do
+      for n in 2 4; do
+        for mode in p2p shm; do
+          step "coll_${coll}_${n}_${mode}" 120 env PLAIT_ALLOW_SHARED_DEVICE=1 \
+            NCCL_P2P_DISABLE=$([ "$mode" = shm ] && echo 1 || echo 0) \
+            .gpu/bin/device_coll_perf "$n" "$coll" 8 "${COLL_MAX:-256M}" 20
+          cat "$logs/coll_${coll}_${n}_${mode}.log"
+        done
+      done
+    done
+  fi
   cat "$logs/summary.txt"
   return $rc
 }
