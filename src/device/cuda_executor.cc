@@ -1,8 +1,9 @@
 // cuda_executor.cc — the CUDA executor (DESIGN.md §2 step 4, §3): turns a
 // device task into one launch of the ring kernels of algorithms/device/ on
-// the caller's stream, with the plan the host tuner made, the communicator's
-// rings and its device FIFOs (shared host memory, registered with CUDA and
-// mapped for the kernels).
+// the caller's stream, with the tuner's device plan, the communicator's
+// rings and its device FIFOs: in GPU memory for peers the device reaches
+// (transport/p2p/), else in shared host memory registered with CUDA and
+// mapped for the kernels.
 //
 // Errors and abort: one small block of mapped pinned memory holds the abort
 // word every kernel polls (ncclCommAbort sets it) and one status word per
@@ -12,12 +13,13 @@
 // same launch, and the same words).
 //
 // Under PLAIT_DEVICE_EMULATION the same code runs against emu/'s runtime.
-// Run on one H100 (scripts/gpu_check.sh, perf/results/device/): forked ranks
-// sharing the GPU through host-registered shared memory, every collective and
-// point-to-point call, a graph capture and replay, ncclCommAbort ending a
-// kernel stuck on a killed peer, compute-sanitizer memcheck clean. UNVERIFIED
-// ON HARDWARE: ranks on distinct GPUs at once (PCIe ordering between them),
-// ranks as threads of one process sharing a device.
+// Run on one H100 and one H200 (scripts/gpu_check.sh, perf/results/device/):
+// forked ranks sharing the GPU through P2P FIFOs (CUDA IPC) and through
+// host-registered shared memory, every collective and point-to-point call, a
+// graph capture and replay, ncclCommAbort ending a kernel stuck on a killed
+// peer, compute-sanitizer memcheck clean; ranks as threads of one process
+// sharing the device (device_coll_perf). UNVERIFIED ON HARDWARE: ranks on
+// distinct GPUs at once (P2P between devices, PCIe ordering between them).
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
