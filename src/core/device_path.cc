@@ -107,6 +107,13 @@ std::vector<std::string> Communicator::p2pRefusals(const std::vector<DeviceIdent
 }
 
 Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& hostOptions, Deadline deadline) {
+  // Checked in every build, so a bad value is found where it is set, not on
+  // the first machine with a GPU.
+  const int64_t wanted = kDeviceChannels.get();
+  if (wanted < 1 || wanted > kDeviceChannelLimit)
+    return invalidArgument("PLAIT_DEVICE_NCHANNELS=" + std::to_string(wanted) + ": the device path connects 1 to " +
+                           std::to_string(kDeviceChannelLimit) + " channels");
+  deviceChannels_ = static_cast<int>(wanted);
   std::vector<DeviceIdentity> ids(nranks_);
   std::memset(static_cast<void*>(ids.data()), 0, ids.size() * sizeof(DeviceIdentity));  // no garbage to peers
   DeviceIdentity& mine = ids[rank_];
@@ -133,11 +140,6 @@ Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& 
   // Every rank gets here (the decision above is the same everywhere).
   // Device channels reuse the host's rings in turn: the kernels want more
   // channels (thread blocks) than the host has cores to drive.
-  const int64_t wanted = kDeviceChannels.get();
-  if (wanted < 1 || wanted > kDeviceChannelLimit)
-    return invalidUsage("PLAIT_DEVICE_NCHANNELS=" + std::to_string(wanted) + ": the device path connects 1 to " +
-                        std::to_string(kDeviceChannelLimit) + " channels");
-  deviceChannels_ = static_cast<int>(wanted);
   const int hostChannels = hostOptions.nChannels;
   ShmTransportOptions so = hostOptions;
   so.nChannels = deviceChannels_;

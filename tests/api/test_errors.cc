@@ -152,6 +152,17 @@ TEST_CASE("An unknown PLAIT_MEM_ALLOC is refused by ncclMemAlloc, naming it", "[
   unsetenv("PLAIT_MEM_ALLOC");
 }
 
+TEST_CASE("A device channel count out of range is refused at creation in every build, naming it",
+          "[tunables-device]") {
+  setenv("PLAIT_DEVICE_NCHANNELS", "64", 1);  // kernels carry at most 32
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t comm = nullptr;
+  CHECK(ncclCommInitRank(&comm, 1, id, 0) == ncclInvalidArgument);
+  CHECK(lastErrorMentions("PLAIT_DEVICE_NCHANNELS=64"));
+  unsetenv("PLAIT_DEVICE_NCHANNELS");
+}
+
 TEST_CASE("A malformed FIFO tunable is refused at creation, naming it", "[tunables]") {
   setenv("PLAIT_SHM_STEPS", "64", 1);  // more steps than a FIFO has room for
   ncclUniqueId id;
