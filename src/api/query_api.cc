@@ -99,6 +99,9 @@ PLAIT_API(ncclResult_t, MemAlloc, (void** ptr, size_t size)) {
 PLAIT_API(ncclResult_t, MemFree, (void* ptr)) {
   if (ptr == nullptr) return ncclSuccess;
   if (plait::device_memory::owns(ptr)) return fail(plait::device_memory::release(ptr), "ncclMemFree");
+  if (plait::device_memory::baseOf(ptr, 1) != nullptr)
+    return fail(plait::invalidArgument("ptr points inside a device allocation of ncclMemAlloc, not at its start"),
+                "ncclMemFree");
   return fail(plait::host_memory::release(ptr), "ncclMemFree");
 } PLAIT_API_END
 

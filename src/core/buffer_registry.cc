@@ -11,15 +11,24 @@
 #include <string>
 
 #include "base/log.h"
+#include "core/device_memory.h"
 #include "core/host_memory.h"
 
 namespace plait {
 
 // ---- RegistrationTable --------------------------------------------------------
 
+namespace {
+
+void dropAllocation(const Registration& r) {
+  if (r.allocBase != nullptr) host_memory::dropRegistration(r.allocBase);
+  if (r.deviceAllocBase != nullptr) device_memory::dropRegistration(r.deviceAllocBase);
+}
+
+}  // namespace
+
 RegistrationTable::~RegistrationTable() {
-  for (auto& e : entries_)
-    if (e->allocBase != nullptr) host_memory::dropRegistration(e->allocBase);
+  for (auto& e : entries_) dropAllocation(*e);
 }
 
 Result<void*> RegistrationTable::add(void* buff, size_t bytes, RegistrationKind kind) {
@@ -34,9 +43,11 @@ Result<void*> RegistrationTable::add(void* buff, size_t bytes, RegistrationKind 
       reg->fd = a->fd;
       reg->generation = a->generation;
     }
+  } else if (void* base = device_memory::baseOf(buff, bytes); base != nullptr && device_memory::addRegistration(base)) {
+    reg->deviceAllocBase = base;  // ncclMemFree refuses it until deregistered
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (reg->fd < 0 && !loggedForeign_) {
+  if (reg->fd < 0 && reg->deviceAllocBase == nullptr && !loggedForeign_) {
     loggedForeign_ = true;
     PLAIT_INFO(kAlloc, "registered buffer %p (%zu bytes) is not %s: ranks in other processes cannot map it, so "
                "collectives on it take the FIFO path unless every rank is a thread of this process",
@@ -66,7 +77,7 @@ Status RegistrationTable::remove(void* handle, RegistrationKind kind) {
     gone = std::move(*it);
     entries_.erase(it);
   }
-  if (gone->allocBase != nullptr) host_memory::dropRegistration(gone->allocBase);
+  dropAllocation(*gone);
   return Status::ok();
 }
 

@@ -27,8 +27,10 @@ struct Registration {
   uintptr_t begin = 0;
   size_t bytes = 0;
   RegistrationKind kind = RegistrationKind::kBuffer;
-  // The ncclMemAlloc allocation holding the whole range (null: none).
+  // The ncclMemAlloc allocation holding the whole range (null: none): host
+  // memory (allocBase) or device memory (deviceAllocBase).
   void* allocBase = nullptr;
+  void* deviceAllocBase = nullptr;
   int fd = -1;  // -1: other processes cannot map it
   uint32_t generation = 0;
 };

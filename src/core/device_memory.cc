@@ -1,8 +1,8 @@
 #include "core/device_memory.h"
 
+#include <map>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "base/config.h"
 #include "base/cuda_probe.h"
@@ -15,9 +15,14 @@ PLAIT_PARAM_STRING(kMemAlloc, "MEM_ALLOC", "auto",
                    "what ncclMemAlloc returns: auto (device memory of the current CUDA device when there is one, "
                    "else host memory local peers can map), host, or device");
 
+struct Entry {
+  size_t bytes = 0;
+  int registrations = 0;  // live ncclCommRegister/WindowRegister ranges inside it
+};
+
 struct Table {
   std::mutex mu;
-  std::unordered_map<const void*, size_t> live;  // base -> bytes
+  std::map<uintptr_t, Entry> live;  // by base address
 };
 
 Table& table() {
@@ -50,7 +55,7 @@ Result<void*> allocate(size_t bytes) {
                                         std::to_string(cuda::currentDevice()) + " failed: " + cuda::errorString(err));
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
-  t.live[p] = bytes;
+  t.live[reinterpret_cast<uintptr_t>(p)] = Entry{bytes, 0};
   PLAIT_TRACE(kAlloc, "ncclMemAlloc: %zu bytes of device memory at %p", bytes, p);
   return p;
 }
@@ -58,15 +63,49 @@ Result<void*> allocate(size_t bytes) {
 bool owns(const void* ptr) {
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
-  return t.live.count(ptr) != 0;
+  return t.live.count(reinterpret_cast<uintptr_t>(ptr)) != 0;
+}
+
+void* baseOf(const void* ptr, size_t bytes) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.live.upper_bound(p);
+  if (it == t.live.begin()) return nullptr;
+  --it;
+  const uintptr_t offset = p - it->first;
+  if (offset >= it->second.bytes || it->second.bytes - offset < bytes) return nullptr;
+  return reinterpret_cast<void*>(it->first);
+}
+
+bool addRegistration(void* base) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.live.find(reinterpret_cast<uintptr_t>(base));
+  if (it == t.live.end()) return false;
+  ++it->second.registrations;
+  return true;
+}
+
+void dropRegistration(void* base) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.live.find(reinterpret_cast<uintptr_t>(base));
+  if (it != t.live.end() && it->second.registrations > 0) --it->second.registrations;
 }
 
 Status release(void* ptr) {
   Table& t = table();
   {
     std::lock_guard<std::mutex> lock(t.mu);
-    if (t.live.erase(ptr) == 0)
+    auto it = t.live.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == t.live.end())
       return invalidArgument("ptr was not allocated by ncclMemAlloc as device memory (or was already freed)");
+    if (it->second.registrations > 0)
+      return invalidArgument("ptr is still registered with a communicator (" +
+                             std::to_string(it->second.registrations) +
+                             " registration(s)); call ncclCommDeregister first");
+    t.live.erase(it);
   }
   const int err = cuda::freeDevice(ptr);
   if (err != 0) return Status(Code::kCudaError, std::string("cudaFree failed: ") + cuda::errorString(err));

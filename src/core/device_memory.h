@@ -9,7 +9,9 @@
 // "host", or "device" (an error where there is no device).
 //
 // Allocations are recorded so ncclMemFree can tell them from host memory and
-// refuse a pointer it did not hand out (or one freed already). Thread-safe.
+// refuse a pointer it did not hand out (or one freed already), or one still
+// registered with a communicator (NCCL requires ncclCommDeregister first, and
+// a peer may map a registered buffer). Thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -31,7 +33,14 @@ Result<void*> allocate(size_t bytes);
 bool owns(const void* ptr);
 
 // Frees an allocation by its base pointer (kInvalidArgument when it is not a
-// live one).
+// live one, or is still registered, naming the count).
 Status release(void* ptr);
+
+// The base of the live allocation holding all of [ptr, ptr + bytes), or null.
+void* baseOf(const void* ptr, size_t bytes);
+// Counts a registration of (part of) the allocation at `base`; false when
+// there is none. dropRegistration undoes one.
+bool addRegistration(void* base);
+void dropRegistration(void* base);
 
 }  // namespace plait::device_memory

@@ -136,7 +136,7 @@ TEST_CASE("ncclCommCuDevice: the creating thread's device; ncclCommInitAll follo
 // As NCCL: ncclMemAlloc gives memory of the calling thread's current device,
 // which collectives (and the program's own kernels) use as device memory;
 // plait::hostMemAlloc still gives host memory; ncclMemFree frees both and
-// refuses what it did not hand out.
+// refuses what it did not hand out and what is still registered.
 TEST_CASE("ncclMemAlloc returns device memory of the current device", "[emu]") {
   REQUIRE(cudaSetDevice(2) == cudaSuccess);
   ncclComm_t comm = soloComm();
@@ -157,7 +157,16 @@ TEST_CASE("ncclMemAlloc returns device memory of the current device", "[emu]") {
   CHECK(ncclCommRegister(comm, buf, n * sizeof(float), &handle) == ncclSuccess);
   CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, stream) == ncclSuccess);
   CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  // Registered (also by a range inside it): ncclMemFree refuses until every
+  // registration is gone, as for host memory.
+  void* inner = nullptr;
+  CHECK(ncclCommRegister(comm, static_cast<char*>(buf) + 256, 1024, &inner) == ncclSuccess);
+  CHECK(ncclMemFree(buf) == ncclInvalidArgument);
+  CHECK(lastErrorSays("still registered with a communicator (2 registration(s))"));
   CHECK(ncclCommDeregister(comm, handle) == ncclSuccess);
+  CHECK(ncclMemFree(buf) == ncclInvalidArgument);
+  CHECK(lastErrorSays("(1 registration(s))"));
+  CHECK(ncclCommDeregister(comm, inner) == ncclSuccess);
   std::vector<float> out(n, -1.0f);
   REQUIRE(cudaMemcpy(out.data(), buf, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
   CHECK(out == host);  // one rank: the sum is the input
@@ -172,6 +181,7 @@ TEST_CASE("ncclMemAlloc returns device memory of the current device", "[emu]") {
   CHECK(ncclMemFree(hostBuf) == ncclSuccess);
 
   CHECK(ncclMemFree(static_cast<char*>(buf) + 64) == ncclInvalidArgument);  // not a base
+  CHECK(lastErrorSays("ptr points inside a device allocation of ncclMemAlloc, not at its start"));
   CHECK(ncclMemFree(buf) == ncclSuccess);
   CHECK(ncclMemFree(buf) == ncclInvalidArgument);  // twice
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
