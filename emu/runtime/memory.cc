@@ -72,6 +72,26 @@ bool findAllocation(const void* p, Allocation* out) {
 
 using namespace plait_emu;
 
+// A copy engine writes an aligned 4- or 8-byte word whole: a kernel polling
+// that word (a FIFO's abort flag, set by cudaMemcpyAsync while the kernel
+// runs) sees the old or the new value, never a torn one. Modelled with a
+// relaxed atomic store, which ThreadSanitizer also takes as not racing with
+// the kernel's atomic loads. Everything else is a plain memmove.
+static void copyBytes(void* dst, const void* src, size_t count) {
+  const auto aligned = [&](size_t n) { return count == n && reinterpret_cast<uintptr_t>(dst) % n == 0; };
+  if (aligned(4)) {
+    uint32_t v;
+    std::memcpy(&v, src, 4);
+    __atomic_store_n(static_cast<uint32_t*>(dst), v, __ATOMIC_RELAXED);
+  } else if (aligned(8)) {
+    uint64_t v;
+    std::memcpy(&v, src, 8);
+    __atomic_store_n(static_cast<uint64_t*>(dst), v, __ATOMIC_RELAXED);
+  } else {
+    std::memmove(dst, src, count);
+  }
+}
+
 // What each emulated device reports as its memory (an H100's 80 GiB); one
 // allocation cannot exceed it. Pages are only used when touched.
 constexpr size_t kDeviceMemoryBytes = size_t(80) << 30;
@@ -173,7 +193,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
   if (!validKind(kind) || (count > 0 && (dst == nullptr || src == nullptr))) return fail(cudaErrorInvalidValue);
   if (!isStream(stream)) return fail(cudaErrorInvalidResourceHandle);
-  if (count > 0) enqueue(resolveStream(stream), [dst, src, count] { std::memmove(dst, src, count); });
+  if (count > 0) enqueue(resolveStream(stream), [dst, src, count] { copyBytes(dst, src, count); });
   return cudaSuccess;
 }
 

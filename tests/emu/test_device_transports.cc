@@ -12,10 +12,12 @@
 #include <cuda_runtime_api.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nccl.h"
@@ -174,4 +176,42 @@ TEST_CASE("NCCL_P2P_LEVEL is judged on the topology's path between the GPUs", "[
     return std::string("SHM (the path between the GPUs is SYS, beyond NCCL_P2P_LEVEL PXB)");
   });
   runCollectives(c);
+}
+
+// A rank that aborts while no kernel of its own runs: the kernel of a peer
+// waiting on it must fail at once, not at PLAIT_TIMEOUT (120 s here) — through
+// the SHM FIFO's abort word, or the P2P FIFO's, which ncclCommAbort writes in
+// the peer's GPU memory (P2pTransport::markAborted). Ranks 0 and 1 of a
+// 2-rank communicator; run with and without NCCL_P2P_DISABLE.
+TEST_CASE("A peer's ncclCommAbort ends a kernel waiting on it", "[abort]") {
+  std::vector<ncclComm_t> comms(2, nullptr);
+  int devs[2] = {0, 1};
+  REQUIRE(ncclCommInitAll(comms.data(), 2, devs) == ncclSuccess);
+  const bool p2p = std::getenv("NCCL_P2P_DISABLE") == nullptr;
+  CHECK(pathOf(logText(), 0, 1).rfind(p2p ? "P2P/" : "SHM (", 0) == 0);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  float* buf = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&buf), (1 << 16) * sizeof(float)) == cudaSuccess);
+  REQUIRE(ncclAllReduce(buf, buf, 1 << 16, ncclFloat, ncclSum, comms[0], stream) == ncclSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(cudaStreamQuery(stream) == cudaErrorNotReady);  // rank 1 never called: rank 0's kernel waits
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(ncclCommAbort(comms[1]) == ncclSuccess);
+  cudaError_t q = cudaErrorNotReady;
+  while ((q = cudaStreamQuery(stream)) == cudaErrorNotReady &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(q == cudaSuccess);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO("peer abort to drained stream: " << seconds << " s");
+  CHECK(seconds < 10.0);
+  ncclResult_t async = ncclSuccess;
+  CHECK(ncclCommGetAsyncError(comms[0], &async) == ncclSuccess);
+  CHECK(async == ncclRemoteError);
+  INFO(ncclGetLastError(comms[0]));
+  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
+  CHECK(cudaFree(buf) == cudaSuccess);
+  CHECK(ncclCommAbort(comms[0]) == ncclSuccess);
 }
