@@ -233,6 +233,62 @@ TEST_CASE("net transport: ring and point-to-point FIFOs between two ranks over t
   t[1].reset();
 }
 
+// Regression: with more channels than ranks (two nodes of one rank, three
+// or more channels; the device path's 16 channels always), the sender took
+// ring channel `nranks` for a point-to-point connector and connected it to
+// the receiver's point-to-point listener: one listener waited for ever and
+// init timed out ("timed out making network connections with rank(s) 1
+// (from)"). Each channel's steps must arrive on that channel.
+TEST_CASE("net transport: more ring channels than ranks connect each channel to its own receiver", "[net]") {
+  loopbackSocketNet();
+  constexpr int kChannels = 5;
+  ThreadOob::Shared shared;
+  std::atomic<uint32_t> abortFlags[2] = {0, 0};
+  std::unique_ptr<NetTransport> t[2];
+  std::thread threads[2];
+  std::string connectErrors[2];
+  for (int r = 0; r < 2; ++r)
+    threads[r] = std::thread([&, r] {
+      ThreadOob oob(shared, r);
+      NetTransportOptions o = twoRankOptions(r, &abortFlags[r]);
+      o.nChannels = kChannels;
+      o.ringPrev.assign(kChannels, 1 - r);
+      o.ringNext.assign(kChannels, 1 - r);
+      auto res = NetTransport::connect(oob, o, Deadline::afterMs(10000));
+      if (res.isOk()) t[r] = std::move(res).value();
+      else connectErrors[r] = res.status().toString();
+    });
+  for (auto& th : threads) th.join();
+  REQUIRE(connectErrors[0] == "");
+  REQUIRE(connectErrors[1] == "");
+  for (int c = 0; c < kChannels; ++c) {
+    auto buf = t[0]->ringSend(c)->acquire();
+    REQUIRE(buf.isOk());
+    std::memset(buf.value(), 'a' + c, 16);
+    t[0]->ringSend(c)->post(16 + c);
+  }
+  auto p2p = t[0]->p2pSend(1)->acquire();
+  REQUIRE(p2p.isOk());
+  std::memcpy(p2p.value(), "p2p", 3);
+  t[0]->p2pSend(1)->post(3 | kStepLast);
+  for (int c = kChannels; c-- > 0;) {  // in reverse: no channel may wait on another
+    size_t n = 0;
+    auto buf = t[1]->ringRecv(c)->acquire(&n);
+    REQUIRE(buf.isOk());
+    CHECK(n == static_cast<size_t>(16 + c));
+    CHECK(buf.value()[0] == static_cast<char>('a' + c));
+    t[1]->ringRecv(c)->release();
+  }
+  size_t n = 0;
+  auto got = t[1]->p2pRecv(0)->acquire(&n);
+  REQUIRE(got.isOk());
+  CHECK(n == (3 | kStepLast));
+  CHECK(std::memcmp(got.value(), "p2p", 3) == 0);
+  t[1]->p2pRecv(0)->release();
+  t[0].reset();
+  t[1].reset();
+}
+
 // Regression (issue 11, item 2): a network peer forges the size word of a
 // point-to-point step. Before the fix the proxy copied it unchanged into the
 // receiver's FIFO, and core/p2p.cc acted on the single-copy flag (bit 62) by

@@ -164,10 +164,10 @@ Status NetTransport::exchangeAndConnect(OobExchange& oob, const NetTransportOpti
     if (p2pSend_[q]) connects.push_back({{}, p2pSend_[q], false});
   for (Connecting& k : connects) {
     const int peer = k.conn->peer();
-    int index = nranks;  // point-to-point: the receiver's slot for this rank
+    int index = -1;  // a ring channel's slot, else (point-to-point) the receiver's slot for this rank
     for (int c = 0; c < nCh; ++c)
       if (ringSend_[c] == k.conn) index = c;
-    if (index == nranks) index = nCh + rank_;
+    if (index < 0) index = nCh + rank_;
     std::memcpy(k.handle.data(), handleOf(peer, index), kNetHandleBytes);
   }
   s = connectAll(*net_, dev_, connects, listens, abortFlag_, deadline);
