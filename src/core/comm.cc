@@ -273,6 +273,7 @@ void Communicator::abortParts() {
   if (board_) board_->markDeparted();
   if (device_) device_->abort();
   if (deviceShm_) deviceShm_->abort();
+  if (deviceNet_) deviceNet_->abort();
   if (shm_) shm_->abort();
   if (net_) net_->abort();
   if (bootstrap_) bootstrap_->abort();

@@ -143,6 +143,7 @@ class Communicator {
   std::vector<DeviceIdentity> devices_;   // per rank, exchanged at init
   int deviceChannels_ = 0;                // ring channels the device path connected
   std::unique_ptr<ShmTransport> deviceShm_;  // ring FIFOs only kernels use (host ones cache their counters)
+  std::unique_ptr<NetTransport> deviceNet_;  // the kernels' edges to other hosts, with their own proxy
   std::unique_ptr<DeviceBackend> device_;    // null: device buffers are refused with deviceUnavailable_
   Status deviceUnavailable_;
   uint64_t collSeq_ = 0;            // collectives (not Send/Recv) started, counted alike on every rank

@@ -1,8 +1,11 @@
 // device_path.cc — the communicator's side of the CUDA executor: at init,
 // every rank says which device it has and whether it can run kernels; when
-// all can, they connect a second set of ring FIFOs in shared host memory for
-// the kernels alone and hand them to the backend (src/device/). A device
-// task is then planned like a host one (the tuner's ring plan) and enqueued.
+// all can, they connect a second set of ring FIFOs for the kernels alone —
+// in shared host memory between ranks of one host, network connectors driven
+// by a proxy thread to ranks on other hosts — and hand them to the backend
+// (src/device/), which puts FIFOs in GPU memory where devices reach each
+// other (transport/p2p/). A device task is then planned like a host one (the
+// tuner's ring plan) and enqueued.
 //
 // Why separate FIFOs: a host FifoSender/FifoReceiver caches its step
 // counters, so a kernel advancing the same control words would desynchronise
@@ -42,13 +45,11 @@ Status Communicator::deviceUnavailableReason(const std::vector<DeviceIdentity>& 
       return invalidUsage("rank " + std::to_string(r) +
                           " has no CUDA device or runtime (its process has no CUDA executor, or cudaGetDevice failed "
                           "when it created the communicator)");
-  if (net_)
-    return invalidUsage("the ranks are on more than one host: device buffers across hosts need the network "
-                        "transport for device memory, which Plait does not have yet (issue 17)");
   const bool allowShared =
       std::all_of(ids.begin(), ids.end(), [](const DeviceIdentity& id) { return id.allowShared != 0; });
   for (int a = 0; a < nranks_ && !allowShared; ++a)
     for (int b = a + 1; b < nranks_; ++b) {
+      if (bootstrap_->peer(a).hostHash != bootstrap_->peer(b).hostHash) continue;  // other hosts, other devices
       const bool sameBus = ids[a].busId[0] != '\0' && std::strncmp(ids[a].busId, ids[b].busId, sizeof(ids[a].busId)) == 0;
       if (sameBus || (ids[a].busId[0] == '\0' && ids[a].cudaDev == ids[b].cudaDev))
         return invalidUsage("ranks " + std::to_string(a) + " and " + std::to_string(b) + " share CUDA device " +
@@ -87,6 +88,10 @@ std::vector<std::string> Communicator::p2pRefusals(const std::vector<DeviceIdent
   const int me = gpuOrdinal(mine);
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_) continue;
+    if (bootstrap_->peer(r).hostHash != bootstrap_->peer(rank_).hostHash) {
+      why[r] = "rank " + std::to_string(r) + " is on another host";
+      continue;
+    }
     if (options.p2pDisable) {
       why[r] = "NCCL_P2P_DISABLE=1";
       continue;
@@ -154,6 +159,15 @@ Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& 
   so.remoteP2pSend.clear();
   so.remoteP2pRecv.clear();
   so.mesh = FifoShape{1, 4096};  // unused by kernels; the smallest valid shape
+  // Edges to other hosts: network connectors whose FIFOs are host memory of
+  // this process, which the executor registers and maps like the shared
+  // ones. The kernel writes a step there; this transport's proxy thread
+  // sends it, and posts what it receives into the receiving FIFO the peer's
+  // kernel polls (net_transport.h). Their own connections and proxy: the
+  // host's connectors cache their counters, as the shared FIFOs do.
+  std::vector<uint64_t> hostOf(nranks_);
+  for (int r = 0; r < nranks_; ++r) hostOf[r] = bootstrap_->peer(r).hostHash;
+  PLAIT_ASSIGN_OR_RETURN(deviceNet_, connectNetworkEdges(oob, so, hostOf, deadline));
   PLAIT_ASSIGN_OR_RETURN(deviceShm_, ShmTransport::connect(oob, so, deadline));
 
   DeviceBackendSetup setup;
@@ -201,11 +215,18 @@ Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& 
     PLAIT_WARN(kInit, "rank %d: no device collectives: %s", rank_, deviceUnavailable_.message().c_str());
     device_.reset();
     deviceShm_.reset();
+    deviceNet_.reset();
     return Status::ok();
   }
   PLAIT_INFO(kInit, "rank %d: device collectives on %s", rank_, device_->description().c_str());
-  for (int r = 0; r < nranks_; ++r)
-    if (r != rank_) PLAIT_INFO(kInit, "rank %d -> rank %d: device FIFOs via %s", rank_, r, device_->peerPath(r).c_str());
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    if (hostOf[r] != hostOf[rank_])
+      PLAIT_INFO(kInit, "rank %d -> rank %d: device FIFOs via %s (proxy; FIFOs in host memory mapped for the kernels)",
+                 rank_, r, deviceNet_->description().c_str());
+    else
+      PLAIT_INFO(kInit, "rank %d -> rank %d: device FIFOs via %s", rank_, r, device_->peerPath(r).c_str());
+  }
   return Status::ok();
 }
 
@@ -301,6 +322,7 @@ Status Communicator::runDeviceP2p(const std::vector<Task>& tasks) {
 void Communicator::releaseDevice() {
   if (!device_) {
     deviceShm_.reset();
+    deviceNet_.reset();
     return;
   }
   const int64_t graceMs = std::clamp<int64_t>(timeoutMs_, 100, 10000);
@@ -309,16 +331,20 @@ void Communicator::releaseDevice() {
     PLAIT_WARN(kInit, "rank %d: device collectives still running at destroy; aborting them", rank_);
     device_->abort();
     if (deviceShm_) deviceShm_->abort();
+    if (deviceNet_) deviceNet_->abort();
     done = device_->drain(Deadline::afterMs(graceMs));
   }
   if (!done) {
     PLAIT_WARN(kInit, "rank %d: device collectives did not stop; their memory is leaked", rank_);
     (void)device_.release();
     (void)deviceShm_.release();
+    if (deviceNet_) deviceNet_->abort();  // its proxy stops; its FIFOs stay
+    (void)deviceNet_.release();
     return;
   }
-  device_.reset();
+  device_.reset();  // unregisters the FIFOs from CUDA first
   deviceShm_.reset();
+  deviceNet_.reset();  // after deviceShm_, which hands out its connectors
 }
 
 }  // namespace plait

@@ -5,12 +5,15 @@
 #
 #   netns.sh --nodes N --ranks-per-node P [--ipv6] [--loss PCT] [--net NAME]
 #            [--budget SECONDS]
-#            (--collectives BINDIR | --topology BINDIR | --program PATH [--kill-node K])
+#            (--collectives BINDIR | --topology BINDIR | --program PATH [--kill-node K] [--expect REGEX])
 #
 # --collectives BINDIR  runs every nccl-tests style *_perf in BINDIR with
 #                       -c 1 (results checked on every rank) over a size sweep;
 #                       passes when all exit 0 with "#wrong" 0.
 # --program PATH        runs PATH as every rank; passes when all exit 0.
+# --expect REGEX        with --program: also every rank's output must match
+#                       REGEX (grep -E), e.g. the transport NCCL_DEBUG=INFO
+#                       names for its peers.
 # --kill-node K         with --program (tests/net/net_kill_rank): once every
 #                       rank runs, kills node K's processes; passes when every
 #                       other rank exits 0 (it saw ncclRemoteError) within
@@ -35,7 +38,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=netns_lib.sh
 source "$HERE/netns_lib.sh"
 
-NODES=2 PER=1 IPV6="" LOSS="" NET="" BINDIR="" PROGRAM="" KILL="" TOPOLOGY="" BUDGET=240
+NODES=2 PER=1 IPV6="" LOSS="" NET="" BINDIR="" PROGRAM="" KILL="" TOPOLOGY="" BUDGET=240 EXPECT=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2 ;;
@@ -48,6 +51,7 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=$2; shift 2 ;;
     --program) PROGRAM=$2; shift 2 ;;
     --kill-node) KILL=$2; shift 2 ;;
+    --expect) EXPECT=$2; shift 2 ;;
     *) echo "netns.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -182,6 +186,12 @@ if [ -n "$TOPOLOGY" ]; then run_topology; status=$?
 elif [ -n "$BINDIR" ]; then run_collectives; status=$?
 elif [ -n "$KILL" ]; then run_kill; status=$?
 else start_job program 300 "$PROGRAM"; wait_job program; status=$?
+fi
+if [ $status = 0 ] && [ -n "$EXPECT" ]; then
+  for ((r = 0; r < NRANKS; r++)); do
+    grep -Eq "$EXPECT" "$WORK/program.$r" && continue
+    echo "--- rank $r's output does not match '$EXPECT':"; tail -n 15 "$WORK/program.$r"; status=1
+  done
 fi
 [ $status = 0 ] && echo "netns.sh: PASS" || echo "netns.sh: FAIL"
 exit $status

@@ -7,7 +7,10 @@
  * the results it copies back, then replays an AllReduce captured into a CUDA
  * graph. `device_conformance abort`: ncclCommAbort ends a kernel waiting on a
  * killed peer. Exit 77: no CUDA device (skipped).
- * Usage: device_conformance N | abort */
+ * Launched (PLAIT_RANK and PLAIT_NRANKS set, NCCL_COMM_ID naming the root, no
+ * argument: plait-run, or tests/net/netns.sh's nodes) it runs that one rank
+ * and forks nothing; the device's index is the local rank (PLAIT_LOCAL_RANK).
+ * Usage: device_conformance [N | abort] */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <stdint.h>
@@ -166,7 +169,7 @@ static int graphReplay(struct Rank* k) {
 }
 
 /* 77 (skipped) when the process sees no CUDA device. */
-static int rankMain(int rank, int nranks, ncclUniqueId id) {
+static int rankMain(int rank, int nranks, int localRank, ncclUniqueId id) {
   struct Rank k = {rank, nranks, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   ncclComm_t comm = NULL;
   const size_t n = COUNT;
@@ -176,12 +179,12 @@ static int rankMain(int rank, int nranks, ncclUniqueId id) {
   k.ihost = malloc(n * nranks * sizeof(int32_t));
   /* With fewer devices than ranks (a one-GPU machine) ranks share them, which
    * the CMake test allows with PLAIT_ALLOW_SHARED_DEVICE=1. */
-  CHECK_CUDA(cudaSetDevice(rank % devices), 20);
+  CHECK_CUDA(cudaSetDevice(localRank % devices), 20);
   CHECK_CUDA(cudaStreamCreate(&k.stream), 21);
   CHECK_NCCL(ncclCommInitRank(&comm, nranks, id, rank), 22);
   k.comm = comm;
   CHECK_NCCL(ncclCommCuDevice(comm, &dev), 23);
-  if (dev != rank % devices) return 24;
+  if (dev != localRank % devices) return 24;
   CHECK_CUDA(cudaMalloc((void**)&k.fsend, n * nranks * sizeof(float)), 25);
   CHECK_CUDA(cudaMalloc((void**)&k.frecv, n * nranks * sizeof(float)), 26);
   CHECK_CUDA(cudaMalloc((void**)&k.isend, n * nranks * sizeof(int32_t)), 27);
@@ -189,7 +192,7 @@ static int rankMain(int rank, int nranks, ncclUniqueId id) {
   CHECK_NCCL(ncclMemAlloc((void**)&k.irecv, n * nranks * sizeof(int32_t)), 28);
   struct cudaPointerAttributes attr;
   CHECK_CUDA(cudaPointerGetAttributes(&attr, k.irecv), 28);
-  if (attr.type != cudaMemoryTypeDevice || attr.device != rank % devices) return 28;
+  if (attr.type != cudaMemoryTypeDevice || attr.device != localRank % devices) return 28;
   for (size_t i = 0; i < n * nranks; ++i) {
     k.fhost[i] = (float)(rank + 1) * (float)(i % 17);
     k.ihost[i] = ivalue(rank, i);
@@ -263,12 +266,23 @@ static int abortMain(void) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "abort") == 0) return abortMain();
-  int nranks = argc > 1 ? atoi(argv[1]) : 2;
   ncclUniqueId id;
+  const char* launchedRank = getenv("PLAIT_RANK");
+  const char* launchedRanks = getenv("PLAIT_NRANKS");
+  if (argc == 1 && launchedRank && launchedRanks) {
+    const char* local = getenv("PLAIT_LOCAL_RANK");
+    const int rank = atoi(launchedRank), nranks = atoi(launchedRanks);
+    if (ncclGetUniqueId(&id) != ncclSuccess) return 1; /* the same on every rank: NCCL_COMM_ID */
+    const int rc = rankMain(rank, nranks, local ? atoi(local) : rank, id);
+    printf("device conformance: rank %d of %d (launched): %s (%d)\n", rank, nranks,
+           rc == 0 ? "ok" : rc == SKIPPED ? "skipped" : "FAILED", rc);
+    return rc;
+  }
+  int nranks = argc > 1 ? atoi(argv[1]) : 2;
   if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
   for (int r = 1; r < nranks; ++r)
-    if (fork() == 0) _exit(rankMain(r, nranks, id));
-  const int rc0 = rankMain(0, nranks, id);
+    if (fork() == 0) _exit(rankMain(r, nranks, r, id));
+  const int rc0 = rankMain(0, nranks, 0, id);
   int skipped = rc0 == SKIPPED, rc = rc0 == SKIPPED ? 0 : rc0;
   for (int r = 1; r < nranks; ++r) {
     int status = 0;
