@@ -247,7 +247,16 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
 }
 
 Status Communicator::asyncError() const {
-  if (!broken_.load(std::memory_order_acquire)) return device_ ? device_->asyncError() : Status::ok();
+  if (!broken_.load(std::memory_order_acquire)) {
+    if (!device_) return Status::ok();
+    Status s = device_->asyncError();
+    if (s.code() != Code::kRemoteError) return s;
+    // A kernel sees only that its peer's end gave up; the network and the
+    // process table say why.
+    const std::string network = deviceNet_ ? deviceNet_->failure() : std::string();
+    if (!network.empty()) s = Status(s.code(), s.message() + " (network: " + network + ")");
+    return withDeadPeers(std::move(s));
+  }
   std::lock_guard<std::mutex> lock(errorMu_);
   return brokenBy_;
 }

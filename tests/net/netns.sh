@@ -5,12 +5,13 @@
 #
 #   netns.sh --nodes N --ranks-per-node P [--ipv6] [--loss PCT] [--net NAME]
 #            [--budget SECONDS]
-#            (--collectives BINDIR | --topology BINDIR | --program PATH [--kill-node K] [--expect REGEX])
+#            (--collectives BINDIR | --topology BINDIR | --program PATH [--args "A B"] [--kill-node K] [--expect REGEX])
 #
 # --collectives BINDIR  runs every nccl-tests style *_perf in BINDIR with
 #                       -c 1 (results checked on every rank) over a size sweep;
 #                       passes when all exit 0 with "#wrong" 0.
 # --program PATH        runs PATH as every rank; passes when all exit 0.
+# --args "A B"          with --program: its arguments (split on spaces).
 # --expect REGEX        with --program: also every rank's output must match
 #                       REGEX (grep -E), e.g. the transport NCCL_DEBUG=INFO
 #                       names for its peers.
@@ -38,7 +39,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=netns_lib.sh
 source "$HERE/netns_lib.sh"
 
-NODES=2 PER=1 IPV6="" LOSS="" NET="" BINDIR="" PROGRAM="" KILL="" TOPOLOGY="" BUDGET=240 EXPECT=""
+NODES=2 PER=1 IPV6="" LOSS="" NET="" BINDIR="" PROGRAM="" KILL="" TOPOLOGY="" BUDGET=240 EXPECT="" ARGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2 ;;
@@ -52,6 +53,7 @@ while [ $# -gt 0 ]; do
     --program) PROGRAM=$2; shift 2 ;;
     --kill-node) KILL=$2; shift 2 ;;
     --expect) EXPECT=$2; shift 2 ;;
+    --args) ARGS=$2; shift 2 ;;
     *) echo "netns.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -153,7 +155,8 @@ run_topology() {
 run_kill() {
   local killed_addr survivors=0 named=0 r node rc=0 t0 deadline i
   export PLAIT_TIMEOUT=${PLAIT_KILL_TIMEOUT:-20}
-  start_job kill $((PLAIT_TIMEOUT + 60)) "$PROGRAM"
+  # shellcheck disable=SC2086
+  start_job kill $((PLAIT_TIMEOUT + 60)) "$PROGRAM" $ARGS
   deadline=$((SECONDS + 60))
   for ((r = 0; r < NRANKS; r++)); do
     until grep -q running "$WORK/kill.$r" 2>/dev/null; do
@@ -185,7 +188,7 @@ run_kill() {
 if [ -n "$TOPOLOGY" ]; then run_topology; status=$?
 elif [ -n "$BINDIR" ]; then run_collectives; status=$?
 elif [ -n "$KILL" ]; then run_kill; status=$?
-else start_job program 300 "$PROGRAM"; wait_job program; status=$?
+else start_job program 300 "$PROGRAM" $ARGS; wait_job program; status=$?  # shellcheck disable=SC2086
 fi
 if [ $status = 0 ] && [ -n "$EXPECT" ]; then
   for ((r = 0; r < NRANKS; r++)); do

@@ -10,7 +10,8 @@
  * Launched (PLAIT_RANK and PLAIT_NRANKS set, NCCL_COMM_ID naming the root, no
  * argument: plait-run, or tests/net/netns.sh's nodes) it runs that one rank
  * and forks nothing; the device's index is the local rank (PLAIT_LOCAL_RANK).
- * Usage: device_conformance [N | abort] */
+ * `device_conformance kill`, launched: see killMain.
+ * Usage: device_conformance [N | abort | kill] */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <stdint.h>
@@ -264,11 +265,65 @@ static int abortMain(void) {
   return 0;
 }
 
+/* `device_conformance kill`, launched (tests/net/netns.sh --kill-node): runs
+ * 1 MiB AllReduces on device buffers until one fails, as tests/net/
+ * net_kill_rank does on host buffers: once another node is killed, the
+ * kernel waiting on it must end and ncclCommGetAsyncError say ncclRemoteError
+ * within the deadline. Exit 0 for that, 1 for anything else, 2 when it could
+ * not start. */
+static int killMain(int rank, int nranks, int localRank, ncclUniqueId id) {
+  ncclComm_t comm = NULL;
+  cudaStream_t stream;
+  float* buf;
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return 2;
+  if (cudaSetDevice(localRank % devices) != cudaSuccess || cudaStreamCreate(&stream) != cudaSuccess) return 2;
+  if (cudaMalloc((void**)&buf, (1 << 18) * sizeof(float)) != cudaSuccess) return 2;
+  if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) {
+    fprintf(stderr, "rank %d: init failed: %s\n", rank, ncclGetLastError(NULL));
+    return 2;
+  }
+  printf("net_kill_rank: rank %d: running (device buffers)\n", rank);
+  fflush(stdout);
+  const char* timeout = getenv("PLAIT_TIMEOUT");
+  const double limit = (timeout ? atof(timeout) : 60.0) + 30.0;
+  ncclResult_t rc = ncclSuccess, async = ncclSuccess;
+  struct timespec start, now;
+  double waited = 0;
+  while (rc == ncclSuccess && async == ncclSuccess) {
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    rc = ncclAllReduce(buf, buf, 1 << 18, ncclFloat, ncclMax, comm, stream);
+    cudaError_t q = cudaErrorNotReady;
+    waited = 0;
+    while (rc == ncclSuccess && (q = cudaStreamQuery(stream)) == cudaErrorNotReady && waited < limit) {
+      usleep(2000);
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      waited = (double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec);
+    }
+    if (rc == ncclSuccess && q != cudaSuccess) {
+      printf("net_kill_rank: rank %d: the AllReduce kernel still ran %.1f s later\n", rank, waited);
+      return 1;
+    }
+    if (rc == ncclSuccess) ncclCommGetAsyncError(comm, &async);
+  }
+  const ncclResult_t got = rc != ncclSuccess ? rc : async;
+  printf("net_kill_rank: rank %d: %s after %.0f ms: %s\n", rank, ncclGetErrorString(got), waited * 1000,
+         ncclGetLastError(comm));
+  fflush(stdout);
+  ncclCommAbort(comm);
+  return got == ncclRemoteError ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "abort") == 0) return abortMain();
   ncclUniqueId id;
   const char* launchedRank = getenv("PLAIT_RANK");
   const char* launchedRanks = getenv("PLAIT_NRANKS");
+  if (argc == 2 && strcmp(argv[1], "kill") == 0 && launchedRank && launchedRanks) {
+    const char* local = getenv("PLAIT_LOCAL_RANK");
+    if (ncclGetUniqueId(&id) != ncclSuccess) return 2;
+    return killMain(atoi(launchedRank), atoi(launchedRanks), local ? atoi(local) : atoi(launchedRank), id);
+  }
   if (argc == 1 && launchedRank && launchedRanks) {
     const char* local = getenv("PLAIT_LOCAL_RANK");
     const int rank = atoi(launchedRank), nranks = atoi(launchedRanks);

@@ -205,6 +205,14 @@ void NetTransport::abort() {
   for (auto& c : connectors_) c->abortFront();
 }
 
+std::string NetTransport::failure() const {
+  for (const auto& c : connectors_) {
+    std::string why = c->failure();
+    if (!why.empty()) return "rank " + std::to_string(c->peer()) + ": " + why;
+  }
+  return std::string();
+}
+
 FifoSender* NetTransport::ringSend(int channel) const {
   return ringSend_[channel] ? ringSend_[channel]->frontSender() : nullptr;
 }

@@ -71,6 +71,8 @@ class NetConnector {
   void close(const PlaitNetV8& net);  // proxy thread or after it stopped
   void abortFront();                  // any thread: the schedule's end gives up
   bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // Why it failed (the network's text), or "" while it has not; any thread.
+  std::string failure() const { return failed() ? failure_ : std::string(); }
   // Proxy thread: every step the schedule posted has been sent (true for
   // receive connectors and failed ones).
   bool drained() const;
@@ -137,6 +139,10 @@ class NetTransport {
   FifoReceiver* p2pRecv(int peer) const;
   // "NET/Socket/eth0" and the like, for NCCL_DEBUG=INFO.
   const std::string& description() const { return description_; }
+  // The first failed connection, "rank 3: connection to 10.0.0.2:41000
+  // closed by the peer", or "" when none failed. Any thread (a kernel's
+  // error names the dead host with it: a kernel only sees a flag).
+  std::string failure() const;
 
   // Any thread, idempotent: the schedule's ends fail at once; the proxy
   // closes the connections (peers see them close) and exits.
