@@ -152,25 +152,25 @@ TEST_CASE("An unknown PLAIT_MEM_ALLOC is refused by ncclMemAlloc, naming it", "[
   unsetenv("PLAIT_MEM_ALLOC");
 }
 
-TEST_CASE("A device channel count out of range is refused at creation in every build, naming it",
-          "[tunables-device]") {
-  setenv("PLAIT_DEVICE_NCHANNELS", "64", 1);  // kernels carry at most 32
+// Creating a one-rank communicator with `variable=value` fails with
+// ncclInvalidArgument and an error that mentions `named`. Parameters are
+// read once per process: each such case runs in its own ctest invocation
+// (see CMakeLists.txt) so the value is fresh.
+static void checkRefusedAtCreation(const char* variable, const char* value, const char* named) {
+  setenv(variable, value, 1);
   ncclUniqueId id;
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
   ncclComm_t comm = nullptr;
   CHECK(ncclCommInitRank(&comm, 1, id, 0) == ncclInvalidArgument);
-  CHECK(lastErrorMentions("PLAIT_DEVICE_NCHANNELS=64"));
-  unsetenv("PLAIT_DEVICE_NCHANNELS");
+  CHECK(lastErrorMentions(named));
+  unsetenv(variable);
+}
+
+TEST_CASE("A device channel count out of range is refused at creation in every build, naming it",
+          "[tunables-device]") {
+  checkRefusedAtCreation("PLAIT_DEVICE_NCHANNELS", "64", "PLAIT_DEVICE_NCHANNELS=64");  // kernels carry at most 32
 }
 
 TEST_CASE("A malformed FIFO tunable is refused at creation, naming it", "[tunables]") {
-  setenv("PLAIT_SHM_STEPS", "64", 1);  // more steps than a FIFO has room for
-  ncclUniqueId id;
-  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-  ncclComm_t comm = nullptr;
-  // Parameters are read once per process; this test runs in its own ctest
-  // invocation (see CMakeLists.txt) so the value is fresh.
-  CHECK(ncclCommInitRank(&comm, 1, id, 0) == ncclInvalidArgument);
-  CHECK(lastErrorMentions("PLAIT_SHM_STEPS"));
-  unsetenv("PLAIT_SHM_STEPS");
+  checkRefusedAtCreation("PLAIT_SHM_STEPS", "64", "PLAIT_SHM_STEPS");  // more steps than a FIFO has room for
 }
