@@ -188,7 +188,9 @@ run_kill() {
 if [ -n "$TOPOLOGY" ]; then run_topology; status=$?
 elif [ -n "$BINDIR" ]; then run_collectives; status=$?
 elif [ -n "$KILL" ]; then run_kill; status=$?
-else start_job program 300 "$PROGRAM" $ARGS; wait_job program; status=$?  # shellcheck disable=SC2086
+else
+  # shellcheck disable=SC2086
+  start_job program 300 "$PROGRAM" $ARGS; wait_job program; status=$?
 fi
 if [ $status = 0 ] && [ -n "$EXPECT" ]; then
   for ((r = 0; r < NRANKS; r++)); do
