@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cstring>
 #include <thread>
 #include <type_traits>
@@ -220,6 +221,12 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   BootstrapOob oob(*bootstrap_);
   std::vector<uint64_t> hostOf(nranks_);
   for (int r = 0; r < nranks_; ++r) hostOf[r] = bootstrap_->peer(r).hostHash;
+  lsaSize_ = 0;
+  for (int r = 0, run = 1; r < nranks_; ++r, ++run)
+    if (r + 1 == nranks_ || hostOf[r + 1] != hostOf[r]) {
+      lsaSize_ = std::gcd(lsaSize_, run);
+      run = 0;
+    }
   PLAIT_ASSIGN_OR_RETURN(net_, connectNetworkEdges(oob, so, hostOf, deadline));
   pids_ = so.pids;  // remote ranks' pids cleared
   PLAIT_ASSIGN_OR_RETURN(shm_, ShmTransport::connect(oob, so, deadline));

@@ -53,6 +53,10 @@ class Communicator {
 
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
+  // The device API's LSA team size (nccl_device.h): the largest number that
+  // divides every host's run of consecutive ranks; 1 when a host's ranks are
+  // not consecutive. Its LSA rank is rank() % lsaSize().
+  int lsaSize() const { return lsaSize_; }
   uint64_t opCount() const { return opCount_; }
 
   // Runs one operation to completion on the calling thread (and the channel
@@ -126,6 +130,7 @@ class Communicator {
 
   int rank_ = 0;
   int nranks_ = 1;
+  int lsaSize_ = 1;
   std::string name_;
   std::atomic<uint32_t> abortFlag_{0};
   std::mutex partsMu_;       // orders abort() against init() assigning the parts below

@@ -1,0 +1,192 @@
+// device_api.cc — the host entry points of the device API (nccl_device.h):
+// device communicators, teams, and the resource requirements of barriers
+// and low-latency all-to-all buffers.
+//
+// Plait does not map windows for peers' loads and stores yet (CUDA VMM
+// mappings shared across the LSA team), so ncclDevCommCreate refuses with
+// ncclInvalidUsage, as NCCL does where symmetric memory is unavailable;
+// everything else here answers for real, so programs built for the device
+// API load, link and fall back.
+#include <algorithm>
+#include <cstring>
+
+#include "api/api_util.h"
+#include "nccl_device.h"
+
+using plait::Status;
+using namespace plait::api;
+
+// The profiling names of the functions that return a value, not a result.
+extern "C" {
+ncclTeam_t pncclTeamWorld(ncclComm_t comm);
+ncclTeam_t pncclTeamLsa(ncclComm_t comm);
+ncclTeam_t pncclTeamRail(ncclComm_t comm);
+int pncclTeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank);
+int pncclTeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank);
+int pncclLLA2ACalcSlots(int maxElts, int maxEltSize);
+ncclResult_t pncclLsaBarrierCreateRequirement(ncclTeam_t team, int nBarriers, ncclLsaBarrierHandle_t* outHandle,
+                                              ncclDevResourceRequirements_t* outReq);
+ncclResult_t pncclGinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t team, int nBarriers,
+                                              ncclGinBarrierHandle_t* outHandle, ncclDevResourceRequirements_t* outReq);
+ncclResult_t pncclLLA2ACreateRequirement(int nBlocks, int nSlots, ncclLLA2AHandle_t* outHandle,
+                                         ncclDevResourceRequirements_t* outReq);
+}
+
+// As PLAIT_API for entry points that return a value other than a result:
+// bodies that cannot throw (teamsOf catches; the rest is arithmetic).
+#define PLAIT_VALUE_API(ret, name, args)                                      \
+  extern "C" ret nccl##name args __attribute__((weak, alias("pnccl" #name))); \
+  extern "C" __attribute__((visibility("default"))) ret pnccl##name args
+
+namespace {
+
+// This rank's view of the world and LSA teams, or nothing (with a WARN and
+// ncclGetLastError set) when comm is not a live communicator.
+struct Teams {
+  bool ok = false;
+  int rank = 0, nranks = 0, lsaSize = 1;
+};
+
+Teams teamsOf(ncclComm_t comm, const char* call) noexcept {
+  Teams t;
+  try {
+    if (Status s = checkComm(comm); !s.isOk()) {
+      (void)fail(s, call);
+      return t;
+    }
+    CommUse use(comm);
+    if (!use.usable() || !comm->impl) {
+      (void)fail(plait::invalidUsage("the communicator is being destroyed or aborted"), call);
+      return t;
+    }
+    t.rank = comm->rank;
+    t.nranks = comm->nranks;
+    t.lsaSize = std::max(1, comm->impl->lsaSize());
+    t.ok = true;
+  } catch (...) {
+    (void)exceptionAtBoundary(call);
+  }
+  return t;
+}
+
+}  // namespace
+
+PLAIT_API(ncclResult_t, DevCommCreate,
+          (ncclComm_t comm, ncclDevCommRequirements_t const* reqs, ncclDevComm_t* outDevComm)) {
+  const char* call = "ncclDevCommCreate";
+  if (reqs == nullptr) return fail(plait::invalidArgument("reqs is NULL"), call);
+  if (outDevComm == nullptr) return fail(plait::invalidArgument("outDevComm is NULL"), call);
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  std::string also;
+  if (reqs->lsaMultimem) also += "; lsaMultimem (NVLink SHARP multicast) is never available";
+  if (reqs->ginSignalCount > 0 || reqs->ginCounterCount > 0 || reqs->ginForceEnable || reqs->railGinBarrierCount > 0)
+    also += "; GIN (GPU-initiated networking) is never available";
+  return fail(plait::invalidUsage("this communicator cannot use the device API: Plait does not map registered windows "
+                                  "for the LSA team's loads and stores yet (ncclCommWindowRegister registers them "
+                                  "for collectives only)" + also + ". Use the collectives (ncclAllReduce, ...) "
+                                  "instead of device kernels"),
+              call);
+} PLAIT_API_END
+
+PLAIT_API(ncclResult_t, DevCommDestroy, (ncclComm_t comm, ncclDevComm_t const* devComm)) {
+  const char* call = "ncclDevCommDestroy";
+  if (devComm == nullptr) return fail(plait::invalidArgument("devComm is NULL"), call);
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  return fail(plait::invalidArgument("devComm was not created by ncclDevCommCreate on this communicator (Plait "
+                                     "creates none yet)"),
+              call);
+} PLAIT_API_END
+
+PLAIT_VALUE_API(ncclTeam_t, TeamWorld, (ncclComm_t comm)) {
+  const Teams t = teamsOf(comm, "ncclTeamWorld");
+  return t.ok ? ncclTeam_t{t.nranks, t.rank, 1} : ncclTeam_t{0, 0, 0};
+}
+
+PLAIT_VALUE_API(ncclTeam_t, TeamLsa, (ncclComm_t comm)) {
+  const Teams t = teamsOf(comm, "ncclTeamLsa");
+  return t.ok ? ncclTeam_t{t.lsaSize, t.rank % t.lsaSize, 1} : ncclTeam_t{0, 0, 0};
+}
+
+PLAIT_VALUE_API(ncclTeam_t, TeamRail, (ncclComm_t comm)) {
+  const Teams t = teamsOf(comm, "ncclTeamRail");
+  return t.ok ? ncclTeam_t{t.nranks / t.lsaSize, t.rank / t.lsaSize, t.lsaSize} : ncclTeam_t{0, 0, 0};
+}
+
+PLAIT_VALUE_API(int, TeamRankToWorld, (ncclComm_t comm, ncclTeam_t team, int rank)) {
+  const Teams t = teamsOf(comm, "ncclTeamRankToWorld");
+  if (!t.ok || rank < 0 || rank >= team.nRanks) return -1;
+  const int world = t.rank + (rank - team.rank) * team.stride;
+  return world >= 0 && world < t.nranks ? world : -1;
+}
+
+PLAIT_VALUE_API(int, TeamRankToLsa, (ncclComm_t comm, ncclTeam_t team, int rank)) {
+  const Teams t = teamsOf(comm, "ncclTeamRankToLsa");
+  if (!t.ok || rank < 0 || rank >= team.nRanks) return -1;
+  const int lsa = t.rank % t.lsaSize + (rank - team.rank) * team.stride;
+  return lsa >= 0 && lsa < t.lsaSize ? lsa : -1;
+}
+
+// A barrier handle's words (nccl_device/lsa_barrier.h): 3 per barrier and
+// one inbox per barrier and team member.
+PLAIT_API(ncclResult_t, LsaBarrierCreateRequirement,
+          (ncclTeam_t team, int nBarriers, ncclLsaBarrierHandle_t* outHandle, ncclDevResourceRequirements_t* outReq)) {
+  const char* call = "ncclLsaBarrierCreateRequirement";
+  if (outHandle == nullptr || outReq == nullptr) return fail(plait::invalidArgument("outHandle or outReq is NULL"), call);
+  if (nBarriers < 0 || team.nRanks < 1)
+    return fail(plait::invalidArgument("nBarriers " + std::to_string(nBarriers) + " over a team of " +
+                                       std::to_string(team.nRanks) + " ranks"),
+                call);
+  std::memset(static_cast<void*>(outReq), 0, sizeof *outReq);
+  outHandle->nBarriers = nBarriers;
+  outHandle->bufHandle = 0;
+  outReq->bufferSize = (3 + static_cast<size_t>(team.nRanks)) * nBarriers * sizeof(uint32_t);
+  outReq->bufferAlign = alignof(uint32_t);
+  outReq->outBufferHandle = &outHandle->bufHandle;
+  return ncclSuccess;
+} PLAIT_API_END
+
+// A GIN barrier: a signal per barrier and an inbox word per barrier and team
+// member (GIN itself is refused at creation; the requirement is still valid).
+PLAIT_API(ncclResult_t, GinBarrierCreateRequirement,
+          (ncclComm_t comm, ncclTeam_t team, int nBarriers, ncclGinBarrierHandle_t* outHandle,
+           ncclDevResourceRequirements_t* outReq)) {
+  const char* call = "ncclGinBarrierCreateRequirement";
+  if (outHandle == nullptr || outReq == nullptr) return fail(plait::invalidArgument("outHandle or outReq is NULL"), call);
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  if (nBarriers < 0 || team.nRanks < 1)
+    return fail(plait::invalidArgument("nBarriers " + std::to_string(nBarriers) + " over a team of " +
+                                       std::to_string(team.nRanks) + " ranks"),
+                call);
+  std::memset(static_cast<void*>(outReq), 0, sizeof *outReq);
+  outHandle->signal0 = 0;
+  outHandle->bufHandle = 0;
+  outReq->bufferSize = static_cast<size_t>(team.nRanks) * nBarriers * sizeof(uint32_t);
+  outReq->bufferAlign = alignof(uint32_t);
+  outReq->outBufferHandle = &outHandle->bufHandle;
+  outReq->ginSignalCount = nBarriers;
+  outReq->outGinSignalStart = &outHandle->signal0;
+  return ncclSuccess;
+} PLAIT_API_END
+
+// Low-latency all-to-all: 8 payload bytes per 16-byte slot (a flag word
+// beside each).
+PLAIT_VALUE_API(int, LLA2ACalcSlots, (int maxElts, int maxEltSize)) {
+  if (maxElts <= 0 || maxEltSize <= 0) return 0;
+  return maxElts * ((maxEltSize + 7) / 8);
+}
+
+PLAIT_API(ncclResult_t, LLA2ACreateRequirement,
+          (int nBlocks, int nSlots, ncclLLA2AHandle_t* outHandle, ncclDevResourceRequirements_t* outReq)) {
+  const char* call = "ncclLLA2ACreateRequirement";
+  if (outHandle == nullptr || outReq == nullptr) return fail(plait::invalidArgument("outHandle or outReq is NULL"), call);
+  if (nBlocks < 0 || nSlots < 0)
+    return fail(plait::invalidArgument("nBlocks " + std::to_string(nBlocks) + ", nSlots " + std::to_string(nSlots)),
+                call);
+  std::memset(static_cast<void*>(outReq), 0, sizeof *outReq);
+  outHandle->bufHandle = 0;
+  outHandle->nSlots = static_cast<uint32_t>(nSlots);
+  outReq->bufferSize = static_cast<size_t>(nBlocks) * (1 + 2 * static_cast<size_t>(nSlots)) * 16;
+  outReq->bufferAlign = 16;
+  outReq->outBufferHandle = &outHandle->bufHandle;
+  return ncclSuccess;
+} PLAIT_API_END
