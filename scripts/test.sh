@@ -18,9 +18,12 @@ if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then
   # the CUDA toolkit's headers (not a GPU, not libcudart).
   if [[ -f /usr/local/cuda/include/cuda_runtime_api.h ]] || command -v nvcc >/dev/null; then
     TSAN_TARGETS="device_compile_check test_emu_runtime emu_fault_check test_emu_device_buffers test_device_stream test_device_transports"
-    # The collective matrix on device buffers (tests/emu/device_staging.h) and
-    # the drop-in program against NVIDIA's headers.
-    EMU_TARGETS="$TSAN_TARGETS test_device_allreduce test_device_collectives test_device_p2p_groups device_conformance"
+    # The collective matrix on device buffers (tests/emu/device_staging.h),
+    # the drop-in program against NVIDIA's headers, and nccl_device.h's device
+    # code (test_device_api_lsa: not under TSan, it reserves 16 GiB of
+    # address space for NCCL's flat window layout).
+    EMU_TARGETS="$TSAN_TARGETS test_device_allreduce test_device_collectives test_device_p2p_groups device_conformance
+      test_device_api_lsa"
     BUILD_DIR="$ROOT/build-emu" TARGETS="$EMU_TARGETS" \
       "$ROOT/scripts/build.sh" -DPLAIT_DEVICE_EMULATION=ON -DPLAIT_BUILD_PERF=OFF
     (cd "$ROOT/build-emu" && ctest --output-on-failure --timeout 900 -L emu)

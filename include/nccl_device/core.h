@@ -10,7 +10,7 @@
 
 /* Function qualifiers: device code exists only for the CUDA compiler; team
  * arithmetic is also plain C++ for the host. */
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(PLAIT_EMU_DEVICE_CODE) /* nvcc, or Plait's CPU emulator (emu/) */
 #define PLAIT_NCCL_DEVICE_CODE 1
 #define PLAIT_NCCL_DEVICE_FN __device__ __forceinline__
 #define PLAIT_NCCL_HOST_DEVICE_FN __host__ __device__ __forceinline__
@@ -242,6 +242,13 @@ PLAIT_NCCL_DEVICE_FN ncclWindow_t resourceWindow(ncclDevComm const& comm) {
 PLAIT_NCCL_DEVICE_FN void* lsaAddress(const ncclWindow_vidmem* w, size_t offset, int lsaPeer) {
   const uint64_t stride = static_cast<uint64_t>(w->stride4G) << 32;
   return w->lsaFlatBase + static_cast<uint64_t>(lsaPeer) * stride + offset;
+}
+/* Between polls of a flag a peer sets: a short sleep where the GPU has one
+ * (sm_70+); in the emulator it yields the CPU to the peers' blocks. */
+PLAIT_NCCL_DEVICE_FN void backOff() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700
+  __nanosleep(64);
+#endif
 }
 /* Prints where and why, then stops the kernel (an unsupported device call). */
 PLAIT_NCCL_DEVICE_FN void unsupported(const char* what) {

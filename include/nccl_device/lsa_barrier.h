@@ -58,8 +58,7 @@ struct ncclLsaBarrierSession {
       if (peer == team_.rank) continue;
       cuda::atomic_ref<uint32_t, cuda::thread_scope_system> box(words()[inbox(peer)]);
       // Rolling comparison: epochs wrap around.
-      while (static_cast<int32_t>(box.load(cuda::memory_order_acquire) - next) < 0) {
-      }
+      while (static_cast<int32_t>(box.load(cuda::memory_order_acquire) - next) < 0) plait_nccl_device::backOff();
     }
     epoch_ = next;
     coop.sync();

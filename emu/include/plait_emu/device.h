@@ -47,6 +47,10 @@
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 
+// Headers with device code for both compilers (Plait's nccl_device.h) test
+// this to compile their device parts under emulation.
+#define PLAIT_EMU_DEVICE_CODE 1
+
 #define threadIdx (::plait_emu::currentThreadIdx())
 #define blockIdx (::plait_emu::currentBlockIdx())
 #define blockDim (::plait_emu::currentBlockDim())
@@ -61,6 +65,9 @@ inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_
 inline void __threadfence_block() { std::atomic_signal_fence(std::memory_order_seq_cst); }
 inline long long clock64() { return ::plait_emu::clockNs(); }
 inline void __nanosleep(unsigned ns) { ::plait_emu::sleepNs(ns); }
+// Stops the kernel for good: on a GPU the context is lost; here the process
+// (after the kernel's own message, if it printed one).
+[[noreturn]] inline void __trap() { __builtin_trap(); }
 
 // A load that bypasses L1 on a GPU; a plain load here.
 template <class T>
