@@ -12,7 +12,8 @@
 # nccl.h, forked ranks on cudaMalloc'd buffers through Plait's executor; on a
 # one-GPU machine the ranks share the device: PLAIT_ALLOW_SHARED_DEVICE=1),
 # run with FIFOs in GPU memory (P2P, the default) and in host memory
-# (NCCL_P2P_DISABLE=1).
+# (NCCL_P2P_DISABLE=1), and across two "hosts" over loopback sockets
+# (net-pair: the device path's NET transport; net-kill: one of them killed).
 # Logs go to $OUT (or ./gpu-check-logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,8 @@ run() {
   step device_paths 60 env PLAIT_ALLOW_SHARED_DEVICE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
     .gpu/bin/device_conformance 2
   grep -h "device FIFOs via" "$logs/device_paths.log" | sed 's/^[^]]*] //'
+  step device_conformance_net_pair 120 "$0" net-pair
+  step device_conformance_net_kill 120 "$0" net-kill
   if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     step memcheck_conformance_2 300 env PLAIT_ALLOW_SHARED_DEVICE=1 compute-sanitizer --tool memcheck \
       --target-processes all --error-exitcode 9 .gpu/bin/device_conformance 2
@@ -82,8 +85,59 @@ run() {
   return $rc
 }
 
+# Two launched ranks of device_conformance, each its own "host"
+# (NCCL_HOSTID), over loopback sockets: the device path's NET transport
+# (kernels writing and polling host FIFOs that the proxy moves) on one GPU.
+# Extra arguments go to device_conformance ("kill": not used here). Exit 0
+# when both ranks pass and both logged NET for the other.
+net_pair() {
+  local bin=${BIN:-.gpu/bin/device_conformance} logs=${OUT:-gpu-check-logs} port=$((20000 + RANDOM % 10000))
+  local r status=0 pids=()
+  mkdir -p "$logs"
+  for r in 0 1; do
+    env NCCL_HOSTID="gpu-check-node$r" NCCL_SOCKET_IFNAME=lo NCCL_COMM_ID="127.0.0.1:$port" PLAIT_RANK=$r \
+      PLAIT_NRANKS=2 PLAIT_LOCAL_RANK=0 PLAIT_LOCAL_NRANKS=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
+      PLAIT_DEVICE_NCHANNELS=${PLAIT_DEVICE_NCHANNELS:-4} "$bin" "$@" >"$logs/net_pair_rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for r in 0 1; do
+    wait "${pids[$r]}" || { status=1; tail -n 5 "$logs/net_pair_rank$r.log"; }
+    grep -q "device FIFOs via NET/" "$logs/net_pair_rank$r.log" || { echo "rank $r did not use NET"; status=1; }
+    grep -h "device conformance:\|device FIFOs via" "$logs/net_pair_rank$r.log" | sed 's/^[^]]*] //'
+  done
+  return $status
+}
+
+# The same pair running device AllReduces (device_conformance kill); rank 1
+# is killed once both run. Exit 0 when rank 0's kernel ended and it returned
+# ncclRemoteError (its line says how long after the kill and why).
+net_kill() {
+  local bin=${BIN:-.gpu/bin/device_conformance} logs=${OUT:-gpu-check-logs} port=$((20000 + RANDOM % 10000))
+  local r i rc pids=()
+  mkdir -p "$logs"
+  for r in 0 1; do
+    env NCCL_HOSTID="gpu-check-node$r" NCCL_SOCKET_IFNAME=lo NCCL_COMM_ID="127.0.0.1:$port" PLAIT_RANK=$r \
+      PLAIT_NRANKS=2 PLAIT_LOCAL_RANK=0 PLAIT_LOCAL_NRANKS=1 PLAIT_TIMEOUT=20 PLAIT_DEVICE_NCHANNELS=4 \
+      "$bin" kill >"$logs/net_kill_rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < 300; i++)); do
+    grep -q running "$logs/net_kill_rank0.log" && grep -q running "$logs/net_kill_rank1.log" && break
+    sleep 0.1
+  done
+  sleep 1
+  kill -9 "${pids[1]}"
+  wait "${pids[0]}"
+  rc=$?
+  wait "${pids[1]}" 2>/dev/null
+  grep -h "net_kill_rank:" "$logs/net_kill_rank0.log"
+  return $rc
+}
+
 case "${1:-}" in
   bundle) bundle ;;
   run) run ;;
-  *) echo "usage: $0 bundle|run" >&2; exit 2 ;;
+  net-pair) shift; net_pair "$@" ;;
+  net-kill) net_kill ;;
+  *) echo "usage: $0 bundle|run|net-pair|net-kill" >&2; exit 2 ;;
 esac
