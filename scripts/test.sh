@@ -21,9 +21,10 @@ if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then
     # The collective matrix on device buffers (tests/emu/device_staging.h),
     # the drop-in program against NVIDIA's headers, and nccl_device.h's device
     # code (test_device_api_lsa: not under TSan, it reserves 16 GiB of
-    # address space for NCCL's flat window layout).
+    # address space for NCCL's flat window layout), and CUDA VMM between
+    # forked ranks (vmm_probe_emu, the probe gpu_check runs on a GPU).
     EMU_TARGETS="$TSAN_TARGETS test_device_allreduce test_device_collectives test_device_p2p_groups device_conformance
-      test_device_api_lsa"
+      test_device_api_lsa vmm_probe_emu"
     BUILD_DIR="$ROOT/build-emu" TARGETS="$EMU_TARGETS" \
       "$ROOT/scripts/build.sh" -DPLAIT_DEVICE_EMULATION=ON -DPLAIT_BUILD_PERF=OFF
     (cd "$ROOT/build-emu" && ctest --output-on-failure --timeout 900 -L emu)

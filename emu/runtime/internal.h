@@ -22,7 +22,7 @@ bool validDevice(int device);
 bool peerAccessDenied(int a, int b);
 
 // ---- memory (memory.cc) ----
-enum class MemKind { kDevice, kHost, kRegistered, kIpc };
+enum class MemKind { kDevice, kHost, kRegistered, kIpc, kMapped /* cuMemMap (vmm.cc) */ };
 struct Allocation {
   char* base = nullptr;
   size_t size = 0;
@@ -32,6 +32,10 @@ struct Allocation {
 };
 // The allocation holding p (base <= p < base + size), if any.
 bool findAllocation(const void* p, Allocation* out);
+// Adds / removes an entry of the table findAllocation searches (forget:
+// only an entry of `kind` starting at `base`).
+void rememberAllocation(const Allocation& a);
+bool forgetAllocation(const void* base, MemKind kind, Allocation* out);
 
 // ---- streams (stream.cc) ----
 struct Stream;

@@ -57,6 +57,9 @@ static_assert(sizeof(IpcHandle) <= CUDA_IPC_HANDLE_SIZE);
 
 }  // namespace
 
+void rememberAllocation(const Allocation& a) { remember(a); }
+bool forgetAllocation(const void* base, MemKind kind, Allocation* out) { return forget(base, kind, out); }
+
 bool findAllocation(const void* p, Allocation* out) {
   const char* c = static_cast<const char*>(p);
   std::lock_guard<std::mutex> lock(gMemMu);
@@ -182,7 +185,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
     attributes->device = -2;
     return cudaSuccess;
   }
-  const bool device = a.kind == MemKind::kDevice || a.kind == MemKind::kIpc;
+  const bool device = a.kind == MemKind::kDevice || a.kind == MemKind::kIpc || a.kind == MemKind::kMapped;
   attributes->type = device ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
   attributes->device = a.device;
   attributes->devicePointer = const_cast<void*>(ptr);

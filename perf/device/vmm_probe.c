@@ -165,6 +165,7 @@ static int rankMain(int rank, int n) {
   printf("rank %d: granularity %zu KiB; init %.1f ms, create+export %.2f ms, fd exchange+import %.2f ms, reserve "
          "%d x 4 GiB + map %.2f ms; read every peer's copy through the flat range: %s\n",
          rank, gran >> 10, t1 - t0, t2 - t1, t3 - t2, n, t4 - t3, bad ? "WRONG" : "ok");
+  fflush(stdout);
   return bad;
 }
 
