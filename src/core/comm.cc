@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <numeric>
 #include <cstring>
+#include <numeric>
 #include <thread>
 #include <type_traits>
 
