@@ -30,13 +30,13 @@ if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then
     (cd "$ROOT/build-emu" && ctest --output-on-failure --timeout 900 -L emu)
     # Again under ThreadSanitizer, each CUDA thread a TSan fiber: races in the
     # kernels' FIFO protocol and between a block's threads. Loopback cases up
-    # to 5000 elements (larger ones add time, not interleavings); no forks
+    # to 1000 elements (larger ones add time, not interleavings); no forks
     # (TSan cannot start threads in a child of a threaded process); two
     # device channels (each CUDA thread is a TSan fiber, and TSan holds at
     # most 8128 threads and fibers: 4 ranks x 16 blocks x 256 threads is more).
     BUILD_DIR="$ROOT/build-emu-tsan" TARGETS="$TSAN_TARGETS" \
       "$ROOT/scripts/build.sh" -DPLAIT_DEVICE_EMULATION=ON -DPLAIT_SANITIZE_THREAD=ON -DPLAIT_BUILD_PERF=OFF
-    (cd "$ROOT/build-emu-tsan" && PLAIT_DEVICE_CHECK_MAX_COUNT=5000 PLAIT_DEVICE_NCHANNELS=2 TSAN_OPTIONS=halt_on_error=1 \
+    (cd "$ROOT/build-emu-tsan" && PLAIT_DEVICE_CHECK_MAX_COUNT=1000 PLAIT_DEVICE_NCHANNELS=2 TSAN_OPTIONS=halt_on_error=1 \
       ctest --output-on-failure --timeout 900 -L emu -LE "process|notsan")
   else
     echo "test.sh: device emulation skipped: no CUDA toolkit headers (/usr/local/cuda or nvcc in PATH)"
