@@ -295,12 +295,15 @@ void P2pTransport::markAborted() {
 }
 
 P2pTransport::~P2pTransport() {
-  for (void* p : opened_) (void)cudaIpcCloseMemHandle(p);
-  for (void* p : held_) releaseBlock(p);
+  // First the stream: markAborted's writes into peers' blocks may still be
+  // queued, and releasing a block (or closing its IPC mapping) below can
+  // unmap it.
   if (stream_ != nullptr) {
     (void)cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
     (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   }
+  for (void* p : opened_) (void)cudaIpcCloseMemHandle(p);
+  for (void* p : held_) releaseBlock(p);
   if (own_ != nullptr) releaseBlock(own_);  // freed here unless a peer thread still holds it
   (void)cudaGetLastError();
 }
