@@ -232,7 +232,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   PLAIT_ASSIGN_OR_RETURN(shm_, ShmTransport::connect(oob, so, deadline));
   PLAIT_ASSIGN_OR_RETURN(cma_, probeCma(*bootstrap_, so.localRanks, deadline));
   PLAIT_ASSIGN_OR_RETURN(direct_, DirectPath::create(oob, shm_.get(), deadline));
-  PLAIT_RETURN_IF_ERROR(connectDevice(oob, so, deadline));
+  PLAIT_RETURN_IF_ERROR(connectDevice(oob, so, hostOf, deadline));
 
   TunerInputs ti;
   ti.nranks = nranks_;

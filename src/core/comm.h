@@ -100,7 +100,8 @@ class Communicator {
   Status initSteps(const ncclUniqueId& id, const CommOptions& options);
   Status connectTransports(Deadline deadline, int nChannels);
   // The CUDA executor's part of init and of each device task (device_path.cc).
-  Status connectDevice(OobExchange& oob, const ShmTransportOptions& hostOptions, Deadline deadline);
+  Status connectDevice(OobExchange& oob, const ShmTransportOptions& hostOptions, const std::vector<uint64_t>& hostOf,
+                       Deadline deadline);
   Status deviceUnavailableReason(const std::vector<DeviceIdentity>& ids) const;
   std::vector<std::string> p2pRefusals(const std::vector<DeviceIdentity>& ids) const;
   Status runOnDevice(const Task& task);

@@ -111,7 +111,8 @@ std::vector<std::string> Communicator::p2pRefusals(const std::vector<DeviceIdent
   return why;
 }
 
-Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& hostOptions, Deadline deadline) {
+Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& hostOptions,
+                                   const std::vector<uint64_t>& hostOf, Deadline deadline) {
   // Checked in every build, so a bad value is found where it is set, not on
   // the first machine with a GPU.
   const int64_t wanted = kDeviceChannels.get();
@@ -165,8 +166,6 @@ Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& 
   // sends it, and posts what it receives into the receiving FIFO the peer's
   // kernel polls (net_transport.h). Their own connections and proxy: the
   // host's connectors cache their counters, as the shared FIFOs do.
-  std::vector<uint64_t> hostOf(nranks_);
-  for (int r = 0; r < nranks_; ++r) hostOf[r] = bootstrap_->peer(r).hostHash;
   PLAIT_ASSIGN_OR_RETURN(deviceNet_, connectNetworkEdges(oob, so, hostOf, deadline));
   PLAIT_ASSIGN_OR_RETURN(deviceShm_, ShmTransport::connect(oob, so, deadline));
 
