@@ -14,6 +14,7 @@
 // context, cuMemsetD32, cuMemcpyDtoH/HtoD). Mappings are device memory to
 // cudaPointerGetAttributes.
 #include <cuda.h>
+#include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -345,6 +346,64 @@ CUresult cuMemGetAddressRange(CUdeviceptr* base, size_t* size, CUdeviceptr dptr)
   if (base) *base = reinterpret_cast<CUdeviceptr>(a.base);
   if (size) *size = a.size;
   return CUDA_SUCCESS;
+}
+
+// The driver's functions by name, as a program (or libnccl) fetches them
+// through the runtime: the ones this file defines. Any version is served
+// (the emulator has one of each).
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr, unsigned int cudaVersion,
+                                             unsigned long long flags,
+                                             cudaDriverEntryPointQueryResult* driverStatus) {
+  (void)cudaVersion;
+  if (symbol == nullptr || funcPtr == nullptr || (flags & ~3ull) != 0) return cudaErrorInvalidValue;
+  struct Named {
+    const char* name;
+    void* fn;
+  };
+  static const Named kTable[] = {
+      {"cuInit", reinterpret_cast<void*>(&cuInit)},
+      {"cuDriverGetVersion", reinterpret_cast<void*>(&cuDriverGetVersion)},
+      {"cuDeviceGetCount", reinterpret_cast<void*>(&cuDeviceGetCount)},
+      {"cuDeviceGet", reinterpret_cast<void*>(&cuDeviceGet)},
+      {"cuDeviceGetAttribute", reinterpret_cast<void*>(&cuDeviceGetAttribute)},
+      {"cuDevicePrimaryCtxRetain", reinterpret_cast<void*>(&cuDevicePrimaryCtxRetain)},
+      {"cuDevicePrimaryCtxRelease", reinterpret_cast<void*>(&cuDevicePrimaryCtxRelease)},
+      {"cuCtxSetCurrent", reinterpret_cast<void*>(&cuCtxSetCurrent)},
+      {"cuCtxGetCurrent", reinterpret_cast<void*>(&cuCtxGetCurrent)},
+      {"cuCtxSynchronize", reinterpret_cast<void*>(&cuCtxSynchronize)},
+      {"cuGetErrorName", reinterpret_cast<void*>(&cuGetErrorName)},
+      {"cuGetErrorString", reinterpret_cast<void*>(&cuGetErrorString)},
+      {"cuMemcpyDtoH", reinterpret_cast<void*>(&cuMemcpyDtoH)},
+      {"cuMemcpyHtoD", reinterpret_cast<void*>(&cuMemcpyHtoD)},
+      {"cuMemsetD32", reinterpret_cast<void*>(&cuMemsetD32)},
+      {"cuMemGetAllocationGranularity", reinterpret_cast<void*>(&cuMemGetAllocationGranularity)},
+      {"cuMemCreate", reinterpret_cast<void*>(&cuMemCreate)},
+      {"cuMemRelease", reinterpret_cast<void*>(&cuMemRelease)},
+      {"cuMemAddressReserve", reinterpret_cast<void*>(&cuMemAddressReserve)},
+      {"cuMemAddressFree", reinterpret_cast<void*>(&cuMemAddressFree)},
+      {"cuMemMap", reinterpret_cast<void*>(&cuMemMap)},
+      {"cuMemUnmap", reinterpret_cast<void*>(&cuMemUnmap)},
+      {"cuMemSetAccess", reinterpret_cast<void*>(&cuMemSetAccess)},
+      {"cuMemExportToShareableHandle", reinterpret_cast<void*>(&cuMemExportToShareableHandle)},
+      {"cuMemImportFromShareableHandle", reinterpret_cast<void*>(&cuMemImportFromShareableHandle)},
+      {"cuMemRetainAllocationHandle", reinterpret_cast<void*>(&cuMemRetainAllocationHandle)},
+      {"cuMemGetAddressRange", reinterpret_cast<void*>(&cuMemGetAddressRange)},
+  };
+  for (const Named& n : kTable) {
+    if (std::strcmp(n.name, symbol) == 0) {
+      *funcPtr = n.fn;
+      if (driverStatus) *driverStatus = cudaDriverEntryPointSuccess;
+      return cudaSuccess;
+    }
+  }
+  *funcPtr = nullptr;
+  if (driverStatus) *driverStatus = cudaDriverEntryPointSymbolNotFound;
+  return cudaSuccess;  // as CUDA: the status says it was not found
+}
+
+cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
+                                    cudaDriverEntryPointQueryResult* driverStatus) {
+  return cudaGetDriverEntryPointByVersion(symbol, funcPtr, CUDA_VERSION, flags, driverStatus);
 }
 
 }  // extern "C"

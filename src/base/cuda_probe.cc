@@ -42,6 +42,8 @@ struct Probe {
   int (*malloc)(void**, size_t) = nullptr;
   int (*free)(void*) = nullptr;
   const char* (*errorString)(int) = nullptr;
+  int (*vmmAllocate)(void**, size_t, std::string*) = nullptr;
+  int (*vmmFree)(void*, std::string*) = nullptr;
 };
 
 // Set once by installRuntime (at load, before any query).
@@ -79,6 +81,8 @@ void installRuntime(const RuntimeEntryPoints& e) {
   installed.malloc = e.malloc;
   installed.free = e.free;
   installed.errorString = e.errorString;
+  installed.vmmAllocate = e.vmmAllocate;
+  installed.vmmFree = e.vmmFree;
   gInstalled.store(&installed, std::memory_order_release);
 }
 
@@ -98,6 +102,24 @@ int freeDevice(void* ptr) {
   const int err = p.free(ptr);
   if (err != 0 && p.clearError != nullptr) p.clearError();
   return err;
+}
+
+int allocateVmm(void** ptr, size_t bytes, std::string* why) {
+  const Probe& p = probe();
+  if (p.vmmAllocate == nullptr) {
+    *why = "no CUDA runtime";
+    return 1;
+  }
+  return p.vmmAllocate(ptr, bytes, why);
+}
+
+int freeVmm(void* ptr, std::string* why) {
+  const Probe& p = probe();
+  if (p.vmmFree == nullptr) {
+    *why = "no CUDA runtime";
+    return 2;
+  }
+  return p.vmmFree(ptr, why);
 }
 
 const char* errorString(int error) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 namespace plait::cuda {
 
@@ -30,6 +31,11 @@ struct RuntimeEntryPoints {
   int (*malloc)(void** ptr, size_t bytes) = nullptr;  // cudaMalloc on the current device
   int (*free)(void* ptr) = nullptr;                   // cudaFree
   const char* (*errorString)(int error) = nullptr;    // cudaGetErrorString
+  // CUDA virtual memory management (src/device/vmm.h): 0 allocated or
+  // freed, 1 unavailable on this device (fall back to cudaMalloc), 2 failed;
+  // *why says why when not 0.
+  int (*vmmAllocate)(void** ptr, size_t bytes, std::string* why) = nullptr;
+  int (*vmmFree)(void* ptr, std::string* why) = nullptr;
 };
 
 // Makes the probe use these (the CUDA executor's runtime) from now on,
@@ -44,6 +50,10 @@ bool runtimeInstalled();
 // runtime's last error is left as it was.
 int allocateDevice(void** ptr, size_t bytes);
 int freeDevice(void* ptr);
+// cuMem allocation and release through the installed runtime (the codes of
+// RuntimeEntryPoints::vmmAllocate; 1 with "no CUDA runtime" without one).
+int allocateVmm(void** ptr, size_t bytes, std::string* why);
+int freeVmm(void* ptr, std::string* why);
 // The installed runtime's text for an error code ("no CUDA runtime" for -1).
 const char* errorString(int error);
 

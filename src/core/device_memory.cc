@@ -15,9 +15,14 @@ PLAIT_PARAM_STRING(kMemAlloc, "MEM_ALLOC", "auto",
                    "what ncclMemAlloc returns: auto (device memory of the current CUDA device when there is one, "
                    "else host memory local peers can map), host, or device");
 
+PLAIT_PARAM_INT(kCuMem, "CUMEM_ENABLE", 1,
+                "ncclMemAlloc's device memory: 1 = CUDA virtual memory management (cuMem, with a POSIX fd peers "
+                "can map), falling back to cudaMalloc where the driver lacks it; 0 = cudaMalloc");
+
 struct Entry {
   size_t bytes = 0;
   int registrations = 0;  // live ncclCommRegister/WindowRegister ranges inside it
+  bool vmm = false;       // cuMem (else cudaMalloc)
 };
 
 struct Table {
@@ -49,14 +54,29 @@ Result<bool> wanted() {
 
 Result<void*> allocate(size_t bytes) {
   void* p = nullptr;
-  const int err = cuda::allocateDevice(&p, bytes);
-  if (err != 0 || p == nullptr)
-    return Status(Code::kCudaError, "cudaMalloc of " + std::to_string(bytes) + " bytes on CUDA device " +
-                                        std::to_string(cuda::currentDevice()) + " failed: " + cuda::errorString(err));
+  bool vmm = false;
+  if (kCuMem.get() != 0) {
+    std::string why;
+    const int outcome = cuda::allocateVmm(&p, bytes, &why);
+    if (outcome == 2) return Status(Code::kCudaError, "ncclMemAlloc of " + std::to_string(bytes) + " bytes: " + why);
+    vmm = outcome == 0;
+    if (!vmm) {
+      static std::once_flag said;
+      std::call_once(said, [&] {
+        PLAIT_INFO(kAlloc, "ncclMemAlloc: cudaMalloc instead of CUDA virtual memory management: %s", why.c_str());
+      });
+    }
+  }
+  if (!vmm) {
+    const int err = cuda::allocateDevice(&p, bytes);
+    if (err != 0 || p == nullptr)
+      return Status(Code::kCudaError, "cudaMalloc of " + std::to_string(bytes) + " bytes on CUDA device " +
+                                          std::to_string(cuda::currentDevice()) + " failed: " + cuda::errorString(err));
+  }
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
-  t.live[reinterpret_cast<uintptr_t>(p)] = Entry{bytes, 0};
-  PLAIT_TRACE(kAlloc, "ncclMemAlloc: %zu bytes of device memory at %p", bytes, p);
+  t.live[reinterpret_cast<uintptr_t>(p)] = Entry{bytes, 0, vmm};
+  PLAIT_TRACE(kAlloc, "ncclMemAlloc: %zu bytes of device memory at %p (%s)", bytes, p, vmm ? "cuMem" : "cudaMalloc");
   return p;
 }
 
@@ -96,6 +116,7 @@ void dropRegistration(void* base) {
 
 Status release(void* ptr) {
   Table& t = table();
+  bool vmm = false;
   {
     std::lock_guard<std::mutex> lock(t.mu);
     auto it = t.live.find(reinterpret_cast<uintptr_t>(ptr));
@@ -105,7 +126,13 @@ Status release(void* ptr) {
       return invalidArgument("ptr is still registered with a communicator (" +
                              std::to_string(it->second.registrations) +
                              " registration(s)); call ncclCommDeregister first");
+    vmm = it->second.vmm;
     t.live.erase(it);
+  }
+  if (vmm) {
+    std::string why;
+    if (cuda::freeVmm(ptr, &why) != 0) return Status(Code::kCudaError, "ncclMemFree: " + why);
+    return Status::ok();
   }
   const int err = cuda::freeDevice(ptr);
   if (err != 0) return Status(Code::kCudaError, std::string("cudaFree failed: ") + cuda::errorString(err));

@@ -25,8 +25,11 @@ namespace plait::device_memory {
 // honoured or the knob's value is unknown.
 Result<bool> wanted();
 
-// `bytes` (> 0) of device memory on the current device. kUnhandledCudaError
-// naming the size and the runtime's error when cudaMalloc fails.
+// `bytes` (> 0) of device memory on the current device: CUDA virtual memory
+// management (cuMem, with a POSIX fd a peer process can import and map, as
+// NCCL with NCCL_CUMEM_ENABLE) where the driver has it and PLAIT_CUMEM_ENABLE
+// (alias NCCL_CUMEM_ENABLE) is 1, its default; else cudaMalloc (said once at
+// INFO). kCudaError naming the size, the call and its error when it fails.
 Result<void*> allocate(size_t bytes);
 
 // True when `ptr` is the start of a live allocation of this module.

@@ -38,6 +38,7 @@
 #include "base/cuda_probe.h"
 #include "base/log.h"
 #include "core/device_backend.h"
+#include "device/vmm.h"
 #include "plait/status.hpp"
 #include "transport/p2p/p2p_transport.h"
 
@@ -518,6 +519,10 @@ cuda::RuntimeEntryPoints runtimeEntryPoints() {
   e.malloc = [](void** ptr, size_t bytes) { return static_cast<int>(cudaMalloc(ptr, bytes)); };
   e.free = [](void* ptr) { return static_cast<int>(cudaFree(ptr)); };
   e.errorString = [](int error) { return cudaGetErrorString(static_cast<cudaError_t>(error)); };
+  e.vmmAllocate = [](void** ptr, size_t bytes, std::string* why) {
+    return static_cast<int>(device::vmm::allocate(ptr, bytes, why));
+  };
+  e.vmmFree = [](void* ptr, std::string* why) { return static_cast<int>(device::vmm::release(ptr, why)); };
   return e;
 }
 

@@ -7,7 +7,10 @@
 // pinned and registered host memory stay on the host executor.
 // Communicators know their device as NCCL's do: the caller's current device,
 // or devlist[i] for ncclCommInitAll.
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -17,6 +20,7 @@
 #include "nccl.h"
 #include "plait/memory.hpp"
 #include "plait/stream.hpp"
+#include "scoped_env.h"
 
 namespace {
 
@@ -184,6 +188,94 @@ TEST_CASE("ncclMemAlloc returns device memory of the current device", "[emu]") {
   CHECK(lastErrorSays("ptr points inside a device allocation of ncclMemAlloc, not at its start"));
   CHECK(ncclMemFree(buf) == ncclSuccess);
   CHECK(ncclMemFree(buf) == ncclInvalidArgument);  // twice
+  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
+  CHECK(ncclCommDestroy(comm) == ncclSuccess);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+}
+
+// ncclMemAlloc's device memory is CUDA VMM memory (cuMem) with a POSIX fd
+// handle, as NCCL's with NCCL_CUMEM_ENABLE: the driver finds its allocation
+// handle, and another process that imports the exported fd and maps it sees
+// (and writes) the same bytes. NCCL_CUMEM_ENABLE=0 gives cudaMalloc memory,
+// which has no such handle. Collectives and ncclMemFree work on both.
+TEST_CASE("ncclMemAlloc's device memory is cuMem memory a peer process can map", "[emu]") {
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  ncclComm_t comm = soloComm();
+  const size_t n = 3 * 1024 * 1024 + 5;  // not a multiple of the 2 MiB granularity
+  void* buf = nullptr;
+  REQUIRE(ncclMemAlloc(&buf, n * sizeof(int)) == ncclSuccess);
+  CUmemGenericAllocationHandle handle = 0;
+  REQUIRE(cuMemRetainAllocationHandle(&handle, buf) == CUDA_SUCCESS);
+  CUdeviceptr base = 0;
+  size_t mapped = 0;
+  REQUIRE(cuMemGetAddressRange(&base, &mapped, reinterpret_cast<CUdeviceptr>(buf) + 4096) == CUDA_SUCCESS);
+  CHECK(base == reinterpret_cast<CUdeviceptr>(buf));
+  CHECK(mapped == size_t(14) << 20);  // rounded up to the granularity
+  cudaPointerAttributes attr{};
+  REQUIRE(cudaPointerGetAttributes(&attr, buf) == cudaSuccess);
+  CHECK(attr.type == cudaMemoryTypeDevice);
+  CHECK(attr.device == 1);
+
+  std::vector<int> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = static_cast<int>(i * 7 + 1);
+  REQUIRE(cudaMemcpy(buf, host.data(), n * sizeof(int), cudaMemcpyHostToDevice) == cudaSuccess);
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  CHECK(ncclAllReduce(buf, buf, n, ncclInt32, ncclSum, comm, stream) == ncclSuccess);
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+
+  int fd = -1;
+  REQUIRE(cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) == CUDA_SUCCESS);
+  CHECK(cuMemRelease(handle) == CUDA_SUCCESS);
+  // The peer: imports, maps at its own address, checks every element and
+  // negates it. Exit code 0 only when all of that worked.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    CUmemGenericAllocationHandle imported = 0;
+    CUdeviceptr at = 0;
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 1;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    std::vector<int> seen(n);
+    if (cuMemImportFromShareableHandle(&imported, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != CUDA_SUCCESS ||
+        cuMemAddressReserve(&at, mapped, 0, 0, 0) != CUDA_SUCCESS || cuMemMap(at, mapped, 0, imported, 0) != CUDA_SUCCESS ||
+        cuMemSetAccess(at, mapped, &access, 1) != CUDA_SUCCESS ||
+        cuMemcpyDtoH(seen.data(), at, n * sizeof(int)) != CUDA_SUCCESS)
+      _exit(2);
+    if (at == base) _exit(3);  // a fresh reservation, not the owner's address
+    for (size_t i = 0; i < n; ++i) {
+      if (seen[i] != static_cast<int>(i * 7 + 1)) _exit(4);
+      seen[i] = -seen[i];
+    }
+    _exit(cuMemcpyHtoD(at, seen.data(), n * sizeof(int)) == CUDA_SUCCESS ? 0 : 5);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  ::close(fd);
+  std::vector<int> out(n);
+  REQUIRE(cudaMemcpy(out.data(), buf, n * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += out[i] != -host[i];
+  CHECK(wrong == 0);
+  CHECK(ncclMemFree(buf) == ncclSuccess);
+  CHECK(cuMemGetAddressRange(&base, &mapped, reinterpret_cast<CUdeviceptr>(buf)) == CUDA_ERROR_NOT_FOUND);
+  CHECK(ncclMemFree(buf) == ncclInvalidArgument);
+
+  {  // NCCL_CUMEM_ENABLE=0: cudaMalloc memory, without an allocation handle
+    plait::test::ScopedEnv off("NCCL_CUMEM_ENABLE", "0");
+    REQUIRE(ncclMemAlloc(&buf, n * sizeof(int)) == ncclSuccess);
+    CHECK(cuMemRetainAllocationHandle(&handle, buf) == CUDA_ERROR_INVALID_VALUE);
+    REQUIRE(cudaPointerGetAttributes(&attr, buf) == cudaSuccess);
+    CHECK(attr.type == cudaMemoryTypeDevice);
+    CHECK(ncclAllReduce(buf, buf, 16, ncclInt32, ncclSum, comm, stream) == ncclSuccess);
+    CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+    CHECK(ncclMemFree(buf) == ncclSuccess);
+  }
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
   CHECK(ncclCommDestroy(comm) == ncclSuccess);
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
