@@ -166,8 +166,11 @@ static_assert(sizeof(struct ncclTeamRequirements) == 32, "ncclTeamRequirements: 
 
 /* ---- Host entry points (libnccl) ---------------------------------------- */
 extern "C" {
-/* Collective over the communicator. Plait: ncclInvalidUsage (windows are not
- * mapped for peers yet), with the reason in ncclGetLastError. */
+/* Collective over the communicator (inside a group: at ncclGroupEnd). The
+ * resource window holds the LSA barriers and the buffers reqs lists; its LSA
+ * copies are mapped like a symmetric window's. Plait: ncclInvalidUsage, with
+ * the reason in ncclGetLastError, for multimem, GIN, or ranks that cannot map
+ * each other's memory (no CUDA P2P inside the LSA team, no VMM). */
 ncclResult_t ncclDevCommCreate(ncclComm_t comm, ncclDevCommRequirements_t const* reqs, ncclDevComm_t* outDevComm);
 ncclResult_t ncclDevCommDestroy(ncclComm_t comm, ncclDevComm_t const* devComm);
 ncclResult_t pncclDevCommCreate(ncclComm_t comm, ncclDevCommRequirements_t const* reqs, ncclDevComm_t* outDevComm);

@@ -2,15 +2,20 @@
 // device communicators, teams, and the resource requirements of barriers
 // and low-latency all-to-all buffers.
 //
-// Plait does not map windows for peers' loads and stores yet (CUDA VMM
-// mappings shared across the LSA team), so ncclDevCommCreate refuses with
-// ncclInvalidUsage, as NCCL does where symmetric memory is unavailable;
-// everything else here answers for real, so programs built for the device
-// API load, link and fall back.
+// Device communicators and symmetric windows are core/symmetric.h's: each
+// LSA rank's window memory mapped at NCCL's flat layout (CUDA VMM), LSA
+// barriers in a zeroed resource window. Where the ranks cannot (no device,
+// no CUDA P2P inside the LSA team, no VMM, NCCL_WIN_ENABLE=0),
+// ncclDevCommCreate is ncclInvalidUsage naming why, as NCCL's where
+// symmetric memory is unavailable.
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "api/api_util.h"
+#include "core/group.h"
 #include "nccl_device.h"
 
 using plait::Status;
@@ -71,30 +76,82 @@ Teams teamsOf(ncclComm_t comm, const char* call) noexcept {
 
 }  // namespace
 
+// Collective (at the outermost ncclGroupEnd inside a group, as NCCL's).
+// Multimem and GIN are never available (Plait has no NVLS and no
+// GPU-initiated networking); GIN-backed barriers are refused only where the
+// rail team has more than one rank (with one, they have nothing to do).
+namespace {
+Status devCommCreateNow(ncclComm_t comm, ncclDevCommRequirements_t const* reqs, ncclDevComm_t* out) {
+  PLAIT_RETURN_IF_ERROR(checkComm(comm));
+  CommUse use(comm);
+  if (!use.usable() || !comm->impl) return plait::invalidUsage("comm is being destroyed or aborted");
+  return comm->impl->createDevComm(*reqs, out);
+}
+
+// A deep copy of a requirements struct and its resource list.
+struct RequirementsCopy {
+  explicit RequirementsCopy(const ncclDevCommRequirements_t& reqs) : top(reqs) {
+    for (ncclDevResourceRequirements_t* r = reqs.resourceRequirementsList; r != nullptr; r = r->next)
+      list.push_back(*r);
+    for (size_t i = 0; i < list.size(); ++i) list[i].next = i + 1 < list.size() ? &list[i + 1] : nullptr;
+    top.resourceRequirementsList = list.empty() ? nullptr : list.data();
+  }
+  ncclDevCommRequirements_t top;
+  std::vector<ncclDevResourceRequirements_t> list;
+};
+
+Status unsupportedRequirements(ncclComm_t comm, ncclDevCommRequirements_t const* reqs) {
+  std::string what;
+  if (reqs->lsaMultimem) what += "; lsaMultimem (NVLink SHARP multicast) is never available";
+  for (ncclTeamRequirements_t* t = reqs->teamRequirementsList; t != nullptr && what.empty(); t = t->next)
+    if (t->multimem) what += "; a team requirement asks for multimem (NVLink SHARP multicast), never available";
+  const int lsaSize = std::max(1, comm->impl->lsaSize());
+  const bool railTeam = comm->nranks / lsaSize > 1;
+  if (reqs->ginSignalCount > 0 || reqs->ginCounterCount > 0 || reqs->ginForceEnable ||
+      (railTeam && (reqs->railGinBarrierCount > 0 || reqs->barrierCount > 0)))
+    what += "; GIN (GPU-initiated networking: ginSignalCount=" + std::to_string(reqs->ginSignalCount) +
+            " ginCounterCount=" + std::to_string(reqs->ginCounterCount) +
+            " ginForceEnable=" + std::to_string(reqs->ginForceEnable) +
+            (railTeam ? ", barriers across hosts" : "") + ") is never available";
+  for (ncclDevResourceRequirements_t* r = reqs->resourceRequirementsList; r != nullptr && what.empty(); r = r->next)
+    if (r->ginSignalCount > 0 || r->ginCounterCount > 0)
+      what += "; a resource requirement asks for GIN signals or counters, never available";
+  if (reqs->lsaLLA2ABlockCount > 0 || reqs->lsaLLA2ASlotCount > 0)
+    what += "; lsaLLA2ABlockCount/lsaLLA2ASlotCount are not supported (use ncclLLA2ACreateRequirement)";
+  if (what.empty()) return Status::ok();
+  return plait::invalidUsage("this communicator cannot provide what reqs asks for" + what +
+                             ". Plait's device API covers LSA windows and LSA barriers");
+}
+}  // namespace
+
 PLAIT_API(ncclResult_t, DevCommCreate,
           (ncclComm_t comm, ncclDevCommRequirements_t const* reqs, ncclDevComm_t* outDevComm)) {
   const char* call = "ncclDevCommCreate";
   if (reqs == nullptr) return fail(plait::invalidArgument("reqs is NULL"), call);
   if (outDevComm == nullptr) return fail(plait::invalidArgument("outDevComm is NULL"), call);
   if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
-  std::string also;
-  if (reqs->lsaMultimem) also += "; lsaMultimem (NVLink SHARP multicast) is never available";
-  if (reqs->ginSignalCount > 0 || reqs->ginCounterCount > 0 || reqs->ginForceEnable || reqs->railGinBarrierCount > 0)
-    also += "; GIN (GPU-initiated networking) is never available";
-  return fail(plait::invalidUsage("this communicator cannot use the device API: Plait does not map registered windows "
-                                  "for the LSA team's loads and stores yet (ncclCommWindowRegister registers them "
-                                  "for collectives only)" + also + ". Use the collectives (ncclAllReduce, ...) "
-                                  "instead of device kernels"),
-              call);
+  {
+    CommUse use(comm);
+    if (!use.usable() || !comm->impl) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);
+    if (Status s = unsupportedRequirements(comm, reqs); !s.isOk()) return fail(s, call);
+  }
+  if (plait::group::active()) {
+    // The requirements as they are now (the caller may reuse its structs
+    // before ncclGroupEnd); the handles they point to are written at the end.
+    auto copy = std::make_shared<RequirementsCopy>(*reqs);
+    plait::group::deferSetup(comm, [=] { return devCommCreateNow(comm, &copy->top, outDevComm); });
+    return ncclSuccess;
+  }
+  return fail(devCommCreateNow(comm, reqs, outDevComm), call);
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, DevCommDestroy, (ncclComm_t comm, ncclDevComm_t const* devComm)) {
   const char* call = "ncclDevCommDestroy";
   if (devComm == nullptr) return fail(plait::invalidArgument("devComm is NULL"), call);
   if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
-  return fail(plait::invalidArgument("devComm was not created by ncclDevCommCreate on this communicator (Plait "
-                                     "creates none yet)"),
-              call);
+  CommUse use(comm);
+  if (!use.usable() || !comm->impl) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);
+  return fail(comm->impl->destroyDevComm(*devComm), call);
 } PLAIT_API_END
 
 PLAIT_VALUE_API(ncclTeam_t, TeamWorld, (ncclComm_t comm)) {

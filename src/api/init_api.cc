@@ -79,7 +79,7 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, nc
   shell->impl = std::make_unique<plait::Communicator>(rank, nranks);
   if (plait::group::active()) {  // created at the outermost ncclGroupEnd, with the group's other ranks
     shell->initState.store(1, std::memory_order_release);
-    plait::group::deferInit([shell, id, options] {
+    plait::group::deferSetup(shell, [shell, id, options] {
       CommUse use(shell);  // an abort before or during the group's End waits for (or skips) this
       if (!use.usable()) return plait::invalidUsage("comm was destroyed or aborted before ncclGroupEnd created it");
       initShell(shell, id, options);

@@ -6,6 +6,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "core/device_memory.h"
+#include "core/group.h"
 #include "core/host_memory.h"
 #include "plait/memory.hpp"
 
@@ -148,22 +149,50 @@ PLAIT_API(ncclResult_t, CommDeregister, (const ncclComm_t comm, void* handle)) {
   return deregisterHandle(comm, handle, plait::RegistrationKind::kBuffer, "ncclCommDeregister");
 } PLAIT_API_END
 
-// A window is a registration with a handle of its own type. Host builds
-// make no use of NCCL_WIN_COLL_SYMMETRIC beyond accepting it.
+// A window is a registration with a handle of its own type. With
+// NCCL_WIN_COLL_SYMMETRIC on a communicator whose ranks can use the device
+// API it is collective (the LSA team maps it: core/symmetric.h) and its
+// handle is the device ncclWindow_vidmem kernels read; inside a group it
+// happens at the outermost ncclGroupEnd, with the group's other
+// communicators, as in NCCL. Elsewhere it is a local registration.
+namespace {
+Status registerWindowNow(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
+  PLAIT_RETURN_IF_ERROR(checkComm(comm));
+  CommUse use(comm);
+  if (!use.usable()) return plait::invalidUsage("comm is being destroyed or aborted");
+  void* handle = nullptr;
+  PLAIT_RETURN_IF_ERROR(comm->impl->registerWindow(buff, size, winFlags, &handle));
+  *win = static_cast<ncclWindow_t>(handle);
+  return Status::ok();
+}
+}  // namespace
+
 PLAIT_API(ncclResult_t, CommWindowRegister,
           (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags)) {
   const char* call = "ncclCommWindowRegister";
   if (win == nullptr) return fail(plait::invalidArgument("win is NULL"), call);
   if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0)
     return fail(plait::invalidArgument("winFlags " + std::to_string(winFlags) + " has unknown bits"), call);
-  void* handle = nullptr;
-  ncclResult_t r = registerRange(comm, buff, size, &handle, plait::RegistrationKind::kWindow, call);
-  if (r == ncclSuccess) *win = static_cast<ncclWindow_t>(handle);
-  return r;
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  if (buff == nullptr) return fail(plait::invalidArgument("buff is NULL"), call);
+  if (size == 0) return fail(plait::invalidArgument("size is 0"), call);
+  if (reinterpret_cast<uintptr_t>(buff) + size < reinterpret_cast<uintptr_t>(buff))
+    return fail(plait::invalidArgument("buff + size (" + std::to_string(size) + ") wraps around"), call);
+  if ((winFlags & NCCL_WIN_COLL_SYMMETRIC) != 0 && plait::group::active()) {
+    *win = nullptr;
+    plait::group::deferSetup(comm, [=] { return registerWindowNow(comm, buff, size, win, winFlags); });
+    return ncclSuccess;
+  }
+  return fail(registerWindowNow(comm, buff, size, win, winFlags), call);
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommWindowDeregister, (ncclComm_t comm, ncclWindow_t win)) {
-  return deregisterHandle(comm, win, plait::RegistrationKind::kWindow, "ncclCommWindowDeregister");
+  const char* call = "ncclCommWindowDeregister";
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  if (win == nullptr) return fail(plait::invalidArgument("win is NULL"), call);
+  CommUse use(comm);
+  if (!use.usable()) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);
+  return fail(comm->impl->deregisterWindow(win), call);
 } PLAIT_API_END
 
 // ---- User reduction operations ------------------------------------------------------

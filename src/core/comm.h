@@ -22,6 +22,7 @@
 #include "core/device_backend.h"
 #include "core/direct.h"
 #include "core/op_board.h"
+#include "core/symmetric.h"
 #include "core/task.h"
 #include "core/tuner.h"
 #include "algorithms/primitives.h"
@@ -72,6 +73,15 @@ class Communicator {
     if (!direct_) return invalidUsage("the communicator is not initialised");
     return direct_->deregisterBuffer(handle, kind);
   }
+  // ncclCommWindowRegister: with NCCL_WIN_COLL_SYMMETRIC on a communicator
+  // whose ranks can use the device API, collective (core/symmetric.h; *win
+  // is the device ncclWindow_vidmem); otherwise, as NCCL, a local
+  // registration. The window also counts as a registration of the range.
+  Status registerWindow(void* buff, size_t bytes, int flags, void** win);
+  Status deregisterWindow(void* win);
+  // ncclDevCommCreate (collective) / ncclDevCommDestroy (local).
+  Status createDevComm(const ncclDevCommRequirements& reqs, ncclDevComm* out);
+  Status destroyDevComm(const ncclDevComm& devComm);
   // Runs the operations of one group (ncclGroupEnd): collectives in call
   // order, then every point-to-point operation (Send, Recv, AlltoAll, Gather,
   // Scatter) as one batch, so their order within the group cannot deadlock.
@@ -105,6 +115,9 @@ class Communicator {
   Status deviceUnavailableReason(const std::vector<DeviceIdentity>& ids) const;
   std::vector<std::string> p2pRefusals(const std::vector<DeviceIdentity>& ids) const;
   Status runOnDevice(const Task& task);
+  // The device API's space, made collectively on first use (comm_windows.cc).
+  Status ensureSymmetric();
+  std::string deviceApiRefusal() const;
   Status runDeviceP2p(const std::vector<Task>& tasks);
   void releaseDevice();
   Status execute(const Task& task);
@@ -151,6 +164,7 @@ class Communicator {
   std::unique_ptr<ShmTransport> deviceShm_;  // ring FIFOs only kernels use (host ones cache their counters)
   std::unique_ptr<NetTransport> deviceNet_;  // the kernels' edges to other hosts, with their own proxy
   std::unique_ptr<DeviceBackend> device_;    // null: device buffers are refused with deviceUnavailable_
+  std::unique_ptr<SymmetricSpace> symmetric_;  // the device API's windows; made on first use
   Status deviceUnavailable_;
   uint64_t collSeq_ = 0;            // collectives (not Send/Recv) started, counted alike on every rank
   mutable std::atomic<bool> disagreed_{false};  // board_ saw ranks in different collectives  // registrations; zero-copy collectives when every rank is local

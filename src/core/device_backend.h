@@ -72,6 +72,57 @@ struct DevicePlan {
   size_t chunkBytes = 0;
 };
 
+// A device buffer of this process described for a peer process
+// (src/device/peer_memory.h): plain bytes, sent as they are.
+struct DeviceRangeExport {
+  uint32_t kind = 0;            // 1: CUDA VMM (a POSIX fd travels beside it); 2: CUDA IPC (the handle below)
+  int32_t device = -1;          // the owner's CUDA device
+  uint64_t ownerBase = 0;       // the allocation's address in the owner (for messages)
+  uint64_t allocationSize = 0;  // the whole allocation as mapped
+  uint64_t offset = 0;          // of the range inside the allocation
+  uint64_t size = 0;            // of the range
+  uint8_t ipc[64] = {};         // kind 2: the cudaIpcMemHandle_t
+};
+
+// A peer's allocation mapped into this process.
+struct DeviceMapping {
+  void* range = nullptr;    // the peer's buffer, as this process addresses it
+  void* mapping = nullptr;  // where the allocation is mapped
+  size_t mappingSize = 0;
+  uint32_t kind = 0;
+  bool reserved = false;  // the mapping reserved its own address space (unmapping frees it)
+};
+
+// What the device API's windows (core/symmetric.h) ask of CUDA: address
+// space, VMM memory shared with the LSA team's processes, and the small
+// structures kernels read. Thread-safe.
+class SymmetricMemory {
+ public:
+  virtual ~SymmetricMemory() = default;
+  // OK when this rank's device can map peers' memory at chosen addresses
+  // (CUDA VMM with POSIX fd handles); else what is missing.
+  virtual Status probe() = 0;
+  // The driver's allocation granularity (address space and mappings are multiples of it).
+  virtual size_t granularity() = 0;
+  // The device's memory rounded up to 4 GiB: NCCL's default share of each
+  // LSA rank in the flat window space.
+  virtual size_t deviceMemoryBytes() = 0;
+  virtual Result<void*> reserve(size_t bytes) = 0;
+  virtual void unreserve(void* at, size_t bytes) = 0;
+  // Describes [ptr, ptr + bytes) of this process's device memory for a
+  // peer; *fd gets a new POSIX fd for VMM memory (the caller closes it).
+  virtual Result<DeviceRangeExport> exportRange(const void* ptr, size_t bytes, int* fd) = 0;
+  // Maps a peer's allocation (VMM: at `at`, or anywhere when null).
+  virtual Result<DeviceMapping> map(const DeviceRangeExport& range, int fd, void* at) = 0;
+  virtual Status unmap(const DeviceMapping& mapping) = 0;
+  // Device memory holding a copy of host[0, bytes) (structures kernels read).
+  virtual Result<void*> upload(const void* host, size_t bytes) = 0;
+  virtual void freeUpload(void* device) = 0;
+  // Zeroed VMM memory of at least `bytes` on this rank's device, and its release.
+  virtual Result<void*> allocateZeroed(size_t bytes) = 0;
+  virtual Status release(void* ptr) = 0;
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -103,6 +154,8 @@ class DeviceBackend {
   // How this rank's kernels reach `peer`: "P2P/IPC", "P2P/direct pointer",
   // or "SHM (<why not P2P>)". For the INFO line per peer.
   virtual std::string peerPath(int peer) const = 0;
+  // The device API's memory operations (never null for a live backend).
+  virtual SymmetricMemory& symmetric() = 0;
 };
 
 using DeviceBackendFactory = Result<std::unique_ptr<DeviceBackend>> (*)(const DeviceBackendSetup& setup);

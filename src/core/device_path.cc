@@ -335,12 +335,14 @@ void Communicator::releaseDevice() {
   }
   if (!done) {
     PLAIT_WARN(kInit, "rank %d: device collectives did not stop; their memory is leaked", rank_);
+    (void)symmetric_.release();
     (void)device_.release();
     (void)deviceShm_.release();
     if (deviceNet_) deviceNet_->abort();  // its proxy stops; its FIFOs stay
     (void)deviceNet_.release();
     return;
   }
+  symmetric_.reset();  // the windows' mappings and structures, while the device is still there
   device_.reset();  // unregisters the FIFOs from CUDA first
   deviceShm_.reset();
   deviceNet_.reset();  // after deviceShm_, which hands out its connectors

@@ -11,7 +11,7 @@ namespace {
 struct ThreadGroup {
   int depth = 0;
   std::vector<PendingOp> ops;
-  std::vector<std::function<Status()>> inits;
+  std::vector<std::pair<const void*, std::function<Status()>>> setups;  // (communicator, call)
   Status firstError;
 };
 
@@ -27,11 +27,30 @@ const std::vector<PendingOp>& pending() { return tls.ops; }
 
 void enqueue(ncclComm_t comm, const Task& task) { tls.ops.push_back(PendingOp{comm, task}); }
 
-void deferInit(std::function<Status()> init) { tls.inits.push_back(std::move(init)); }
+void deferSetup(const void* comm, std::function<Status()> setup) {
+  tls.setups.emplace_back(comm, std::move(setup));
+}
 
 namespace {
-Status runInits(std::vector<std::function<Status()>>& inits) {
-  const std::vector<Status> results = runConcurrently(inits.size(), [&](size_t i) { return inits[i](); });
+// One thread per communicator; a communicator's calls in call order, each
+// after the previous one succeeded.
+Status runSetups(std::vector<std::pair<const void*, std::function<Status()>>>& setups) {
+  std::vector<const void*> comms;
+  std::vector<std::vector<std::function<Status()>*>> calls;
+  for (auto& [comm, fn] : setups) {
+    size_t i = 0;
+    while (i < comms.size() && comms[i] != comm) ++i;
+    if (i == comms.size()) {
+      comms.push_back(comm);
+      calls.emplace_back();
+    }
+    calls[i].push_back(&fn);
+  }
+  const std::vector<Status> results = runConcurrently(comms.size(), [&](size_t i) {
+    for (std::function<Status()>* fn : calls[i])
+      if (Status s = (*fn)(); !s.isOk()) return s;
+    return Status::ok();
+  });
   for (auto& r : results)
     if (!r.isOk()) return r;
   return Status::ok();
@@ -47,12 +66,12 @@ Status end(const std::function<Status(ncclComm_t, std::vector<Task>&)>& run) {
   if (--tls.depth > 0) return Status::ok();
   std::vector<PendingOp> ops = std::move(tls.ops);
   tls.ops.clear();
-  std::vector<std::function<Status()>> inits = std::move(tls.inits);
-  tls.inits.clear();
+  auto setups = std::move(tls.setups);
+  tls.setups.clear();
   Status first = std::move(tls.firstError);
   tls.firstError = Status();
-  if (!inits.empty()) {
-    Status s = runInits(inits);
+  if (!setups.empty()) {
+    Status s = runSetups(setups);
     if (first.isOk()) first = s;
   }
   if (!first.isOk()) return first;  // NCCL launches nothing from a group with a bad call

@@ -36,10 +36,12 @@ void start();
 // exception it throws becomes that communicator's error.
 Status end(const std::function<Status(ncclComm_t, std::vector<Task>&)>& run);
 void enqueue(ncclComm_t comm, const Task& task);
-// Defers a communicator creation to the outermost End, where all deferred
-// creations of the group run concurrently (one thread each) before any
-// operation: NCCL lets one thread create several ranks inside a group.
-void deferInit(std::function<Status()> init);
+// Defers a collective setup call on communicator `comm` (its creation, a
+// symmetric window registration, a device communicator) to the outermost
+// End, where they run before any operation: one thread per communicator,
+// each communicator's calls in call order. NCCL lets one thread create
+// several ranks, and register their windows, inside a group.
+void deferSetup(const void* comm, std::function<Status()> setup);
 // Remembers an argument error of a call inside the group; End reports it.
 void recordError(const Status& status);
 // Operations pending on this thread (ncclGroupSimulateEnd).

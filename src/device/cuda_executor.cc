@@ -38,6 +38,8 @@
 #include "base/cuda_probe.h"
 #include "base/log.h"
 #include "core/device_backend.h"
+#include "device/scoped_device.h"
+#include "device/symmetric_memory.h"
 #include "device/vmm.h"
 #include "plait/status.hpp"
 #include "transport/p2p/p2p_transport.h"
@@ -48,28 +50,6 @@ namespace {
 Status cudaFailure(cudaError_t err, const std::string& what) {
   return Status(Code::kCudaError, what + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
 }
-
-// Makes the communicator's device current for the scope, as NCCL does
-// around its launches, and restores the caller's.
-class ScopedDevice {
- public:
-  explicit ScopedDevice(int device) {
-    if (cudaGetDevice(&saved_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      saved_ = -1;
-    }
-    if (saved_ != device && cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();
-  }
-  ~ScopedDevice() {
-    int now = -1;
-    if (saved_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != saved_) (void)cudaSetDevice(saved_);
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-
- private:
-  int saved_ = -1;
-};
 
 DeviceColl deviceCollOf(CollType c) {
   switch (c) {
@@ -102,6 +82,10 @@ class CudaExecutor final : public DeviceBackend {
   std::string peerPath(int peer) const override {
     return peer >= 0 && static_cast<size_t>(peer) < peerPaths_.size() ? peerPaths_[peer] : std::string();
   }
+  SymmetricMemory& symmetric() override {
+    std::call_once(symmetricOnce_, [&] { symmetric_ = device::makeSymmetricMemory(setup_.cudaDev); });
+    return *symmetric_;
+  }
   void joinBack(void* userStream) override {
     ScopedDevice scope(setup_.cudaDev);
     Status s = join(static_cast<cudaStream_t>(userStream), internal_);
@@ -120,6 +104,8 @@ class CudaExecutor final : public DeviceBackend {
   std::string description_;
   std::unique_ptr<P2pTransport> p2p_;  // FIFOs in GPU memory to peers our device reaches; null: none
   std::vector<std::string> peerPaths_;  // per rank: how we reach it (peerPath)
+  std::once_flag symmetricOnce_;
+  std::unique_ptr<SymmetricMemory> symmetric_;  // made on first use
   std::vector<void*> registered_;      // host ranges this executor registered with CUDA
   std::vector<DeviceFifo> recv_, send_;  // per channel, device addresses
   std::vector<DeviceFifo> p2pSend_, p2pRecv_;  // per rank, device addresses (none for ourselves)

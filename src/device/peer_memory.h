@@ -15,36 +15,22 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/device_backend.h"
 #include "plait/status.hpp"
 
 namespace plait::device::peer_memory {
 
 enum Kind : uint32_t { kVmm = 1, kIpc = 2 };
 
-// Plain bytes, sent to the peer as they are.
-struct Exported {
-  uint32_t kind = 0;
-  int32_t device = -1;          // the owner's CUDA device
-  uint64_t ownerBase = 0;       // the allocation's address in the owner (for messages)
-  uint64_t allocationSize = 0;  // the whole allocation as mapped
-  uint64_t offset = 0;          // of the range inside the allocation
-  uint64_t size = 0;            // of the range
-  uint8_t ipc[64] = {};         // kIpc: the cudaIpcMemHandle_t
-};
+// Plain bytes, sent to the peer as they are (core/device_backend.h).
+using Exported = DeviceRangeExport;
+using Imported = DeviceMapping;
 
 // Describes [ptr, ptr + size) of this process's device memory. For VMM
 // memory *fd receives a new POSIX fd for it (the caller sends it and closes
 // it), else -1. kInvalidArgument when the range is not inside one device
 // allocation.
 Result<Exported> exportRange(const void* ptr, size_t size, int* fd);
-
-struct Imported {
-  void* range = nullptr;    // the peer's buffer, as this process addresses it
-  void* mapping = nullptr;  // where the allocation is mapped
-  size_t mappingSize = 0;
-  uint32_t kind = 0;
-  bool reserved = false;  // importRange reserved the address space (and closeImported frees it)
-};
 
 // Maps the allocation `e` describes into this process for its current
 // device. VMM memory takes the peer's `fd` (not closed here) and goes at

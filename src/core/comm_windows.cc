@@ -1,0 +1,100 @@
+// comm_windows.cc — the communicator's part of the device API: window
+// registration (local, or collective over the LSA team with
+// NCCL_WIN_COLL_SYMMETRIC: core/symmetric.h) and device communicators.
+#include <mutex>
+#include <string>
+
+#include "base/config.h"
+#include "base/log.h"
+#include "core/comm.h"
+
+namespace plait {
+namespace {
+
+PLAIT_PARAM_INT(kWinEnable, "WIN_ENABLE", 1,
+                "1: NCCL_WIN_COLL_SYMMETRIC windows are mapped for the LSA team's kernels (the device API); 0: "
+                "windows are local registrations only");
+
+}  // namespace
+
+std::string Communicator::deviceApiRefusal() const {
+  if (kWinEnable.get() == 0) return "NCCL_WIN_ENABLE=0";
+  const int lsaRank = rank_ % lsaSize_;
+  for (int q = rank_ - lsaRank; q < rank_ - lsaRank + lsaSize_; ++q) {
+    if (q == rank_) continue;
+    const std::string path = device_->peerPath(q);
+    if (path.rfind("P2P", 0) != 0)
+      return "ranks " + std::to_string(rank_) + " and " + std::to_string(q) +
+             " (one LSA team) do not reach each other by CUDA P2P (" + path + ")";
+  }
+  if (Status s = device_->symmetric().probe(); !s.isOk()) return s.message();
+  return std::string();
+}
+
+Status Communicator::ensureSymmetric() {
+  if (symmetric_) return Status::ok();
+  SymmetricSetup setup;
+  setup.rank = rank_;
+  setup.nranks = nranks_;
+  setup.lsaSize = lsaSize_;
+  setup.pids = pids_;
+  setup.bootstrap = bootstrap_.get();
+  setup.memory = &device_->symmetric();
+  setup.abortFlag = &abortFlag_;
+  setup.timeoutMs = timeoutMs_;
+  setup.refusal = deviceApiRefusal();
+  PLAIT_ASSIGN_OR_RETURN(symmetric_, SymmetricSpace::create(setup));
+  if (!symmetric_->refusal().empty())
+    PLAIT_INFO(kInit, "rank %d: symmetric windows are local registrations only: %s", rank_,
+               symmetric_->refusal().c_str());
+  return Status::ok();
+}
+
+Status Communicator::registerWindow(void* buff, size_t bytes, int flags, void** win) {
+  if (!direct_) return invalidUsage("the communicator is not initialised");
+  if ((flags & NCCL_WIN_COLL_SYMMETRIC) == 0 || !device_)
+    return direct_->registerBuffer(buff, bytes, RegistrationKind::kWindow, win);
+  if (aborted()) return invalidUsage("the communicator was aborted");
+  log::ScopedLogRank logRank(rank_);
+  PLAIT_RETURN_IF_ERROR(ensureSymmetric());
+  if (!symmetric_->refusal().empty()) return direct_->registerBuffer(buff, bytes, RegistrationKind::kWindow, win);
+  // The collective step first (a local failure before it would leave the
+  // other ranks waiting), then the local registration the window also is.
+  PLAIT_ASSIGN_OR_RETURN(void* window, symmetric_->registerWindow(buff, bytes, nullptr));
+  void* local = nullptr;
+  if (Status s = direct_->registerBuffer(buff, bytes, RegistrationKind::kWindow, &local); !s.isOk()) {
+    (void)symmetric_->deregisterWindow(window, &local);
+    return s;
+  }
+  symmetric_->attachLocalHandle(window, local);
+  *win = window;
+  return Status::ok();
+}
+
+Status Communicator::deregisterWindow(void* win) {
+  if (!direct_) return invalidUsage("the communicator is not initialised");
+  if (!symmetric_ || !symmetric_->isWindow(win)) return direct_->deregisterBuffer(win, RegistrationKind::kWindow);
+  void* local = nullptr;
+  PLAIT_RETURN_IF_ERROR(symmetric_->deregisterWindow(win, &local));
+  return local != nullptr ? direct_->deregisterBuffer(local, RegistrationKind::kWindow) : Status::ok();
+}
+
+Status Communicator::createDevComm(const ncclDevCommRequirements& reqs, ncclDevComm* out) {
+  if (!device_)
+    return invalidUsage("this communicator cannot use the device API: it has no CUDA device (" +
+                        deviceUnavailable_.message() + ")");
+  if (aborted()) return invalidUsage("the communicator was aborted");
+  log::ScopedLogRank logRank(rank_);
+  PLAIT_RETURN_IF_ERROR(ensureSymmetric());
+  if (!symmetric_->refusal().empty())
+    return invalidUsage("this communicator cannot use the device API: " + symmetric_->refusal());
+  return symmetric_->createDevComm(reqs, out);
+}
+
+Status Communicator::destroyDevComm(const ncclDevComm& devComm) {
+  if (!symmetric_)
+    return invalidArgument("devComm was not created by ncclDevCommCreate on this communicator (or was destroyed)");
+  return symmetric_->destroyDevComm(devComm);
+}
+
+}  // namespace plait

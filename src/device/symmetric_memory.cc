@@ -1,0 +1,136 @@
+#include "device/symmetric_memory.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "device/driver_api.h"
+#include "device/peer_memory.h"
+#include "device/scoped_device.h"
+#include "device/vmm.h"
+
+namespace plait::device {
+namespace {
+
+constexpr size_t k4G = size_t(1) << 32;
+
+Status cudaFailed(const char* call, cudaError_t err) {
+  (void)cudaGetLastError();
+  return Status(Code::kCudaError, std::string(call) + " failed: " + cudaGetErrorString(err));
+}
+
+class CudaSymmetricMemory final : public SymmetricMemory {
+ public:
+  explicit CudaSymmetricMemory(int cudaDev) : dev_(cudaDev) {}
+
+  Status probe() override {
+    const DriverApi& d = driverApi();
+    if (!d.missing.empty()) return invalidUsage("CUDA virtual memory management is unavailable: " + d.missing);
+    int vmm = 0, fds = 0;
+    CUresult r = d.getAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev_);
+    if (r == CUDA_SUCCESS)
+      r = d.getAttribute(&fds, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev_);
+    if (r != CUDA_SUCCESS) return Status(Code::kCudaError, driverFailure("cuDeviceGetAttribute", r));
+    if (vmm == 0) return invalidUsage("CUDA device " + std::to_string(dev_) + " has no virtual memory management");
+    if (fds == 0) return invalidUsage("CUDA device " + std::to_string(dev_) + " cannot share memory by POSIX fd");
+    return Status::ok();
+  }
+
+  size_t granularity() override {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev_;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    size_t g = 0;
+    const DriverApi& d = driverApi();
+    if (d.getGranularity == nullptr || d.getGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) != CUDA_SUCCESS ||
+        g == 0)
+      g = size_t(2) << 20;
+    return g;
+  }
+
+  size_t deviceMemoryBytes() override {
+    ScopedDevice scope(dev_);
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      (void)cudaGetLastError();
+      total = k4G;
+    }
+    return (total + k4G - 1) / k4G * k4G;
+  }
+
+  Result<void*> reserve(size_t bytes) override {
+    CUdeviceptr at = 0;
+    if (CUresult r = driverApi().reserve(&at, bytes, granularity(), 0, 0); r != CUDA_SUCCESS)
+      return Status(Code::kCudaError, driverFailure("cuMemAddressReserve", r) + " (" + std::to_string(bytes) +
+                                          " bytes of address space)");
+    return reinterpret_cast<void*>(at);
+  }
+
+  void unreserve(void* at, size_t bytes) override {
+    (void)driverApi().addressFree(reinterpret_cast<CUdeviceptr>(at), bytes);
+  }
+
+  Result<DeviceRangeExport> exportRange(const void* ptr, size_t bytes, int* fd) override {
+    ScopedDevice scope(dev_);
+    return peer_memory::exportRange(ptr, bytes, fd);
+  }
+
+  Result<DeviceMapping> map(const DeviceRangeExport& range, int fd, void* at) override {
+    ScopedDevice scope(dev_);
+    return peer_memory::importRange(range, fd, at);
+  }
+
+  Status unmap(const DeviceMapping& mapping) override {
+    ScopedDevice scope(dev_);
+    return peer_memory::closeImported(mapping);
+  }
+
+  Result<void*> upload(const void* host, size_t bytes) override {
+    ScopedDevice scope(dev_);
+    void* p = nullptr;
+    if (cudaError_t err = cudaMalloc(&p, bytes); err != cudaSuccess) return cudaFailed("cudaMalloc", err);
+    if (cudaError_t err = cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice); err != cudaSuccess) {
+      (void)cudaFree(p);
+      return cudaFailed("cudaMemcpy", err);
+    }
+    return p;
+  }
+
+  void freeUpload(void* device) override {
+    ScopedDevice scope(dev_);
+    if (cudaFree(device) != cudaSuccess) (void)cudaGetLastError();
+  }
+
+  Result<void*> allocateZeroed(size_t bytes) override {
+    ScopedDevice scope(dev_);
+    void* p = nullptr;
+    std::string why;
+    if (vmm::allocate(&p, bytes, &why) != vmm::Outcome::kOk) return Status(Code::kCudaError, why);
+    if (cudaError_t err = cudaMemset(p, 0, bytes); err != cudaSuccess) {
+      (void)vmm::release(p, &why);
+      return cudaFailed("cudaMemset", err);
+    }
+    return p;
+  }
+
+  Status release(void* ptr) override {
+    ScopedDevice scope(dev_);
+    std::string why;
+    if (vmm::release(ptr, &why) != vmm::Outcome::kOk) return Status(Code::kCudaError, why);
+    return Status::ok();
+  }
+
+ private:
+  const int dev_;
+};
+
+}  // namespace
+
+std::unique_ptr<SymmetricMemory> makeSymmetricMemory(int cudaDev) {
+  return std::make_unique<CudaSymmetricMemory>(cudaDev);
+}
+
+}  // namespace plait::device
