@@ -22,14 +22,16 @@ bundle() {
   local build=${BUILD:-build-gpu}
   cmake -S . -B "$build" -G Ninja -DPLAIT_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || return 1
-  ninja -C "$build" nccl device_compile_check device_conformance loopback_bench device_coll_perf vmm_probe || return 1
+  ninja -C "$build" nccl device_compile_check device_conformance loopback_bench device_coll_perf vmm_probe \
+    test_device_api_windows_gpu || return 1
   rm -rf .gpu && mkdir -p .gpu/lib .gpu/bin
   cp -L "$build/src/api/libnccl.so.2" .gpu/lib/
   local lib
   for lib in libpugixml.so.1 libhwloc.so.15 libudev.so.1; do cp -L "/lib/x86_64-linux-gnu/$lib" .gpu/lib/; done
   cp -L /usr/local/cuda/lib/libcudart.so.13 .gpu/lib/
   cp "$build/algorithms/device/device_compile_check" "$build/tests/process/device_conformance" \
-    "$build/perf/device/loopback_bench" "$build/perf/device/device_coll_perf" "$build/perf/device/vmm_probe" .gpu/bin/
+    "$build/perf/device/loopback_bench" "$build/perf/device/device_coll_perf" "$build/perf/device/vmm_probe" \
+    "$build/tests/device_api/test_device_api_windows_gpu" .gpu/bin/
   strip --strip-debug .gpu/lib/libnccl.so.2 .gpu/bin/*
   du -sh .gpu
 }
@@ -60,8 +62,15 @@ run() {
   step device_conformance_net_pair 120 "$0" net-pair
   step device_conformance_net_kill 120 "$0" net-kill
   # CUDA VMM between forked ranks at the device API's flat layout (not yet
-  # run on hardware: the next step of nccl_device.h builds on it).
+  # run on hardware).
   for n in 2 4; do step "vmm_probe_$n" 60 .gpu/bin/vmm_probe "$n"; done
+  # The device API through the library (windows at the flat layout, device
+  # communicators, an LSA AllReduce kernel); the forked ranks in a process of
+  # their own (CUDA does not survive fork in a process that used it).
+  step device_api_windows 180 env PLAIT_ALLOW_SHARED_DEVICE=1 .gpu/bin/test_device_api_windows_gpu "~[win-off]~[process]"
+  step device_api_windows_process 120 env PLAIT_ALLOW_SHARED_DEVICE=1 .gpu/bin/test_device_api_windows_gpu "[process]"
+  step device_api_windows_off 60 env PLAIT_ALLOW_SHARED_DEVICE=1 NCCL_WIN_ENABLE=0 \
+    .gpu/bin/test_device_api_windows_gpu "[win-off]"
   if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     step memcheck_conformance_2 300 env PLAIT_ALLOW_SHARED_DEVICE=1 compute-sanitizer --tool memcheck \
       --target-processes all --error-exitcode 9 .gpu/bin/device_conformance 2

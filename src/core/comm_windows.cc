@@ -1,7 +1,6 @@
 // comm_windows.cc — the communicator's part of the device API: window
 // registration (local, or collective over the LSA team with
 // NCCL_WIN_COLL_SYMMETRIC: core/symmetric.h) and device communicators.
-#include <mutex>
 #include <string>
 
 #include "base/config.h"

@@ -1,6 +1,7 @@
 // lsa_kernels.cu — kernels written against nccl_device.h, as a user of the
 // device API writes them (nccl-tests' LSA AllReduce in particular); compiled
-// as emulated device code for test_device_api_lsa.
+// as emulated device code for test_device_api_lsa and _windows, and by nvcc
+// for test_device_api_windows_gpu (scripts/gpu_check.sh).
 #include <cuda_runtime.h>
 
 #include "lsa_kernels.h"
@@ -45,20 +46,31 @@ __global__ void pointers(ncclWindow_t w, size_t offset, int lsaPeer, int worldPe
   out[4] = ncclGetResourceBufferLsaPointer(devComm, handle, lsaPeer);
 }
 
+// The launch handle of a kernel: the function itself under nvcc, the
+// emulator's registered handle otherwise.
+template <class Kernel>
+const void* handleOf(Kernel* kernel) {
+#if defined(PLAIT_EMU_DEVICE_CODE)
+  return ::plait_emu::kernelHandle(kernel);
+#else
+  return reinterpret_cast<const void*>(kernel);
+#endif
+}
+
 }  // namespace
 
 cudaError_t launchLsaAllReduce(ncclWindow_t send, ncclWindow_t recv, size_t count, int64_t seed,
                                const ncclDevComm& comm, int blocks, int threads, cudaStream_t stream) {
   ncclDevComm dc = comm;
   void* args[] = {&send, &recv, &count, &seed, &dc};
-  return cudaLaunchKernel(::plait_emu::kernelHandle(&lsaAllReduce), dim3(blocks), dim3(threads), args, 0, stream);
+  return cudaLaunchKernel(handleOf(&lsaAllReduce), dim3(blocks), dim3(threads), args, 0, stream);
 }
 
 cudaError_t launchPointers(ncclWindow_t w, size_t offset, int lsaPeer, int worldPeer, const ncclDevComm& comm,
                            ncclDevResourceHandle handle, void** out, cudaStream_t stream) {
   ncclDevComm dc = comm;
   void* args[] = {&w, &offset, &lsaPeer, &worldPeer, &dc, &handle, &out};
-  return cudaLaunchKernel(::plait_emu::kernelHandle(&pointers), dim3(1), dim3(1), args, 0, stream);
+  return cudaLaunchKernel(handleOf(&pointers), dim3(1), dim3(1), args, 0, stream);
 }
 
 }  // namespace plait_device_api_test

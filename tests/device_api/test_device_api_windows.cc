@@ -6,6 +6,7 @@
 // group. The sums are checked against the host's through the user's own
 // buffer pointers (the kernels load and store through the flat mappings: the
 // same pages). Also the refusals: memory that is not CUDA VMM, NCCL_WIN_ENABLE=0.
+// Built for a GPU too (test_device_api_windows_gpu, run by gpu_check.sh).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,14 @@ namespace {
 
 constexpr int kBlocks = 3, kThreads = 32;
 constexpr size_t kCount = 20011;
+
+// Rank r's device: its own where there are enough (the emulator has 8),
+// else shared (a one-GPU machine, with PLAIT_ALLOW_SHARED_DEVICE=1).
+int deviceFor(int rank) {
+  int count = 1;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) count = 1;
+  return rank % count;
+}
 
 int64_t expected(int nranks, size_t i, int64_t seed) {
   return 1000003LL * nranks * (nranks + 1) / 2 + static_cast<int64_t>(nranks) * static_cast<int64_t>(i) * seed;
@@ -101,7 +110,7 @@ std::string tearDown(DeviceApiRank& r) {
 // element count, or -1 with *error set.
 long wholeRank(const ncclUniqueId& id, int nranks, int rank, int launches, ncclDevComm* seen, std::string* error) {
   DeviceApiRank r;
-  if (cudaSetDevice(rank) != cudaSuccess || ncclCommInitRank(&r.comm, nranks, id, rank) != ncclSuccess) {
+  if (cudaSetDevice(deviceFor(rank)) != cudaSuccess || ncclCommInitRank(&r.comm, nranks, id, rank) != ncclSuccess) {
     *error = "init";
     return -1;
   }
@@ -146,14 +155,14 @@ TEST_CASE("LSA AllReduce kernels on the library's windows and device communicato
 TEST_CASE("Window and resource pointers: the flat layout over the library's mappings", "[device-api][emu]") {
   const int nranks = 3;
   ncclComm_t comms[nranks];
-  const int devs[nranks] = {0, 1, 2};
+  const int devs[nranks] = {deviceFor(0), deviceFor(1), deviceFor(2)};
   REQUIRE(ncclCommInitAll(comms, nranks, devs) == ncclSuccess);
   std::vector<DeviceApiRank> ranks(nranks);
   // One thread drives every rank: registration and creation run at the
   // group's end, one thread per communicator.
   for (int r = 0; r < nranks; ++r) {
     ranks[r].comm = comms[r];
-    REQUIRE(cudaSetDevice(r) == cudaSuccess);
+    REQUIRE(cudaSetDevice(deviceFor(r)) == cudaSuccess);
     REQUIRE(ncclMemAlloc(&ranks[r].send, kCount * sizeof(int64_t)) == ncclSuccess);
     REQUIRE(ncclMemAlloc(&ranks[r].recv, kCount * sizeof(int64_t)) == ncclSuccess);
   }
@@ -190,7 +199,7 @@ TEST_CASE("Window and resource pointers: the flat layout over the library's mapp
     CHECK(w.worldRank == r);
     const size_t stride = static_cast<size_t>(w.stride4G) << 32;
     const int peer = (r + 1) % nranks;
-    REQUIRE(cudaSetDevice(r) == cudaSuccess);
+    REQUIRE(cudaSetDevice(deviceFor(r)) == cudaSuccess);
     void** outDevice = nullptr;
     REQUIRE(cudaMalloc(reinterpret_cast<void**>(&outDevice), 5 * sizeof(void*)) == cudaSuccess);
     REQUIRE(launchPointers(x.sendWin, 24, peer, peer, x.devComm, x.extraHandle, outDevice, nullptr) == cudaSuccess);
@@ -216,7 +225,7 @@ TEST_CASE("Window and resource pointers: the flat layout over the library's mapp
   // Kernels of every rank at once, on their own streams.
   for (int launch = 0; launch < 3; ++launch) {
     for (int r = 0; r < nranks; ++r) {
-      REQUIRE(cudaSetDevice(r) == cudaSuccess);
+      REQUIRE(cudaSetDevice(deviceFor(r)) == cudaSuccess);
       if (ranks[r].stream == nullptr) REQUIRE(cudaStreamCreateWithFlags(&ranks[r].stream, cudaStreamNonBlocking) == 0);
       REQUIRE(launchLsaAllReduce(ranks[r].sendWin, ranks[r].recvWin, kCount, launch + 7, ranks[r].devComm, kBlocks,
                                  kThreads, ranks[r].stream) == cudaSuccess);
@@ -265,12 +274,12 @@ TEST_CASE("Ranks as forked processes share windows through passed fds", "[device
 TEST_CASE("Windows on memory that is not CUDA VMM are refused on every rank", "[device-api][emu]") {
   const int nranks = 2;
   ncclComm_t comms[nranks];
-  const int devs[nranks] = {0, 1};
+  const int devs[nranks] = {deviceFor(0), deviceFor(1)};
   REQUIRE(ncclCommInitAll(comms, nranks, devs) == ncclSuccess);
   void* bufs[nranks] = {};
   ncclWindow_t wins[nranks] = {};
   for (int r = 0; r < nranks; ++r) {
-    REQUIRE(cudaSetDevice(r) == cudaSuccess);
+    REQUIRE(cudaSetDevice(deviceFor(r)) == cudaSuccess);
     REQUIRE(cudaMalloc(&bufs[r], 1 << 20) == cudaSuccess);
   }
   REQUIRE(ncclGroupStart() == ncclSuccess);
