@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -321,4 +322,29 @@ TEST_CASE("NCCL_WIN_ENABLE=0: local windows, and ncclDevCommCreate says why not"
   CHECK(ncclCommWindowDeregister(comm, win) == ncclSuccess);
   CHECK(ncclMemFree(buf) == ncclSuccess);
   CHECK(ncclCommDestroy(comm) == ncclSuccess);
+}
+
+// A symmetric registration waits for every rank; ncclCommAbort from another
+// thread ends the wait of a rank whose peer never comes.
+TEST_CASE("ncclCommAbort ends a window registration whose peer never joins", "[device-api][emu]") {
+  ncclComm_t comms[2];
+  const int devs[2] = {deviceFor(0), deviceFor(1)};
+  REQUIRE(ncclCommInitAll(comms, 2, devs) == ncclSuccess);
+  REQUIRE(cudaSetDevice(devs[0]) == cudaSuccess);
+  void* buf = nullptr;
+  REQUIRE(ncclMemAlloc(&buf, 1 << 20) == ncclSuccess);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHECK(ncclCommAbort(comms[0]) == ncclSuccess);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  ncclWindow_t win = nullptr;
+  CHECK(ncclCommWindowRegister(comms[0], buf, 1 << 20, &win, NCCL_WIN_COLL_SYMMETRIC) != ncclSuccess);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  aborter.join();
+  CHECK(win == nullptr);
+  CHECK(waited >= std::chrono::milliseconds(250));
+  CHECK(waited < std::chrono::seconds(20));
+  CHECK(ncclMemFree(buf) == ncclSuccess);
+  CHECK(ncclCommAbort(comms[1]) == ncclSuccess);
 }
