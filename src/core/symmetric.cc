@@ -212,15 +212,21 @@ Result<void*> SymmetricSpace::registerWindow(void* buff, size_t bytes, void* loc
     if (all[r].code != 0)
       st = r == rank_ ? local
                       : Status(static_cast<Code>(all[r].code), "rank " + std::to_string(r) + ": " + all[r].why);
-  // The LSA team must agree (every rank checks the same gathered offers).
+  if (!st.isOk()) {  // every rank saw the same failure: none goes on
+    closeFd();
+    return st;
+  }
+  // The LSA team must agree (its ranks check the same gathered offers; other
+  // hosts' teams check theirs, so the outcome is agreed at the end).
   const int first = rank_ - lsaRank_;
   std::vector<DeviceRangeExport> team(lsaSize_);
   size_t extent = 0;
-  for (int q = 0; q < lsaSize_ && st.isOk(); ++q) {
+  for (int q = 0; q < lsaSize_; ++q) {
     const Offer& o = all[first + q];
     const Offer& o0 = all[first];
     team[q] = o.range;
     extent = std::max(extent, alignUp(o.range.allocationSize, granularity_));
+    if (!st.isOk()) continue;
     if (o.isNew != o0.isNew || o.proposal != o0.proposal)
       st = invalidUsage("ranks " + std::to_string(first) + " and " + std::to_string(first + q) +
                         " are out of step registering windows (their allocations would go at offsets " +
@@ -231,17 +237,14 @@ Result<void*> SymmetricSpace::registerWindow(void* buff, size_t bytes, void* loc
                         std::to_string(first) + " but " + std::to_string(o.range.offset) + " on rank " +
                         std::to_string(first + q) + ": it must start at the same offset on every rank");
   }
-  const size_t offset = st.isOk() ? all[first].proposal : 0;
+  const size_t offset = all[first].proposal;
   if (st.isOk() && mine.isNew && offset + extent > stride_)
     st = invalidUsage("the windows' allocations need " + std::to_string(offset + extent) +
                       " bytes of each rank's share of the address space, which is " + std::to_string(stride_) +
                       " (PLAIT_WIN_STRIDE)");
-  if (!st.isOk()) {
-    closeFd();
-    return st;
-  }
+  local = st;
   Memory fresh;
-  if (mine.isNew) {
+  if (local.isOk() && mine.isNew) {
     fresh.offset = offset;
     fresh.extent = extent;
     local = mapTeam(team, fd, offset, tags_++, &fresh);
@@ -294,6 +297,9 @@ Status SymmetricSpace::deregisterWindow(void* window, void** localHandle) {
 
 Status SymmetricSpace::createDevComm(const ncclDevCommRequirements& reqs, ncclDevComm* out) {
   if (!refusal_.empty()) return invalidUsage(refusal_);
+  if (reqs.lsaBarrierCount < 0 || reqs.barrierCount < 0)
+    return invalidArgument("reqs asks for " + std::to_string(std::min(reqs.lsaBarrierCount, reqs.barrierCount)) +
+                           " barriers");
   // The LSA barriers first, then each requested buffer at a multiple of 128 bytes.
   const int nBarriers = std::max(reqs.lsaBarrierCount, reqs.barrierCount);
   size_t bytes = alignUp((3 + static_cast<size_t>(lsaSize_)) * static_cast<size_t>(nBarriers) * sizeof(uint32_t),
