@@ -348,3 +348,39 @@ TEST_CASE("ncclCommAbort ends a window registration whose peer never joins", "[d
   CHECK(ncclMemFree(buf) == ncclSuccess);
   CHECK(ncclCommAbort(comms[1]) == ncclSuccess);
 }
+
+// Deregistration is local: a rank that deregistered a window its peer kept
+// is out of step, and the next registration says so on every rank instead
+// of mapping peers' memory at the wrong offsets.
+TEST_CASE("Ranks out of step registering windows get an error naming the offsets", "[device-api][emu]") {
+  ncclComm_t comms[2];
+  const int devs[2] = {deviceFor(0), deviceFor(1)};
+  REQUIRE(ncclCommInitAll(comms, 2, devs) == ncclSuccess);
+  void* first[2] = {};
+  void* second[2] = {};
+  ncclWindow_t a[2] = {}, b[2] = {};
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(cudaSetDevice(devs[r]) == cudaSuccess);
+    REQUIRE(ncclMemAlloc(&first[r], 1 << 20) == ncclSuccess);
+    REQUIRE(ncclMemAlloc(&second[r], 1 << 20) == ncclSuccess);
+  }
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    REQUIRE(ncclCommWindowRegister(comms[r], first[r], 1 << 20, &a[r], NCCL_WIN_COLL_SYMMETRIC) == ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  CHECK(ncclCommWindowDeregister(comms[0], a[0]) == ncclSuccess);  // rank 1 keeps its copy
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    REQUIRE(ncclCommWindowRegister(comms[r], second[r], 1 << 20, &b[r], NCCL_WIN_COLL_SYMMETRIC) == ncclSuccess);
+  CHECK(ncclGroupEnd() == ncclInvalidUsage);
+  const std::string why = ncclGetLastError(nullptr);
+  INFO(why);
+  CHECK(why.find("out of step registering windows") != std::string::npos);
+  CHECK((b[0] == nullptr && b[1] == nullptr));
+  CHECK(ncclCommWindowDeregister(comms[1], a[1]) == ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(ncclMemFree(first[r]) == ncclSuccess);
+    CHECK(ncclMemFree(second[r]) == ncclSuccess);
+    CHECK(ncclCommDestroy(comms[r]) == ncclSuccess);
+  }
+}
