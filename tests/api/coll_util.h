@@ -229,7 +229,7 @@ struct SweepSpec {
   bool rooted = false;
   bool reduction = false;
   std::vector<int> variants = {0, 1};
-  std::vector<ncclDataType_t> types{std::begin(kAllTypes), std::end(kAllTypes)};
+  std::vector<ncclDataType_t> types = sweepTypes();
   std::vector<ncclRedOp_t> ops{std::begin(kAllOps), std::end(kAllOps)};
   std::vector<size_t> counts = kSweepCounts;
   bool misaligned = false;

@@ -16,8 +16,6 @@ using namespace plait_test;
 
 namespace {
 
-const ncclDataType_t kTypes[] = {ncclInt8,   ncclUint8,   ncclInt32,   ncclUint32,     ncclInt64,     ncclUint64,
-                                 ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 const ncclRedOp_t kOps[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
 
 // Runs one AllReduce on this rank and returns a description of the first
@@ -49,7 +47,7 @@ std::string checkOne(int rank, int nranks, ncclComm_t comm, ncclDataType_t t, nc
 }
 
 std::string sweep(int rank, int nranks, ncclComm_t comm, const std::vector<size_t>& counts) {
-  for (ncclDataType_t t : kTypes)
+  for (ncclDataType_t t : sweepTypes())
     for (ncclRedOp_t op : kOps)
       for (size_t count : counts)
         for (bool inPlace : {false, true}) {
