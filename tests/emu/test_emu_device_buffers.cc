@@ -198,7 +198,7 @@ TEST_CASE("ncclMemAlloc returns device memory of the current device", "[emu]") {
 // handle, and another process that imports the exported fd and maps it sees
 // (and writes) the same bytes. NCCL_CUMEM_ENABLE=0 gives cudaMalloc memory,
 // which has no such handle. Collectives and ncclMemFree work on both.
-TEST_CASE("ncclMemAlloc's device memory is cuMem memory a peer process can map", "[emu]") {
+TEST_CASE("ncclMemAlloc's device memory is cuMem memory a peer process can map", "[emu][process]") {
   REQUIRE(cudaSetDevice(1) == cudaSuccess);
   ncclComm_t comm = soloComm();
   const size_t n = 3 * 1024 * 1024 + 5;  // not a multiple of the 2 MiB granularity
