@@ -64,6 +64,7 @@ Outcome allocate(void** ptr, size_t bytes, std::string* why) {
     return Outcome::kUnavailable;
   }
   if (const Outcome o = usable(device, why); o != Outcome::kOk) return o;
+  (void)cudaFree(nullptr);  // makes the device's primary context current, which the driver's calls use
   const DriverApi& d = driverApi();
   const CUmemAllocationProp prop = propertiesFor(device);
   size_t granularity = 0;
