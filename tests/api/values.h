@@ -31,21 +31,25 @@ inline size_t sizeOf(ncclDataType_t t) {
 
 inline bool isFloat(ncclDataType_t t) { return t >= ncclFloat16; }
 
-// The types a sweep covers: all twelve, or with PLAIT_TEST_SWEEP=quick one
-// of each width and kind (int8, bfloat16, float32, uint64): scripts/test.sh
-// sets it for the device emulator's run of the matrix, where each case costs
-// a kernel on emulated threads (every type's kernels still run in
-// device_compile_check and device_conformance); PLAIT_NIGHTLY=1 runs all.
+// Whether sweeps are quick (PLAIT_TEST_SWEEP=quick): scripts/test.sh sets it
+// for the device emulator's and ASan's runs of the collective matrix, where
+// each case costs a kernel on emulated threads or runs 2-3 times slower; the
+// plain pass and PLAIT_NIGHTLY=1 run everything. Says so once.
+inline bool quickSweep() {
+  static const bool quick = [] {
+    const char* mode = std::getenv("PLAIT_TEST_SWEEP");
+    const bool q = mode != nullptr && std::strcmp(mode, "quick") == 0;
+    if (q) std::printf("PLAIT_TEST_SWEEP=quick: sweeps cover int8, bfloat16, float32, uint64 on 1, 2, 4, 5 ranks\n");
+    return q;
+  }();
+  return quick;
+}
+
+// The types a sweep covers: all twelve, or when quick one of each width and
+// kind (every type's kernels still run in device_compile_check,
+// device_conformance and the plain pass).
 inline std::vector<ncclDataType_t> sweepTypes() {
-  const char* mode = std::getenv("PLAIT_TEST_SWEEP");
-  if (mode != nullptr && std::strcmp(mode, "quick") == 0) {
-    static const bool said = [] {
-      std::printf("PLAIT_TEST_SWEEP=quick: sweeps cover int8, bfloat16, float32 and uint64\n");
-      return true;
-    }();
-    (void)said;
-    return {ncclInt8, ncclBfloat16, ncclFloat32, ncclUint64};
-  }
+  if (quickSweep()) return {ncclInt8, ncclBfloat16, ncclFloat32, ncclUint64};
   return {ncclInt8,    ncclUint8,   ncclInt32,   ncclUint32,   ncclInt64,      ncclUint64,
           ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 }
