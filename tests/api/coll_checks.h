@@ -35,6 +35,10 @@ inline void runSweep(const SweepSpec& spec, const CheckFn& check, const std::vec
 
 // The rank counts of the sweeps: kSweepRanks, or when quick 1, 2, 4, 5 (the
 // single rank, a power of two, an odd count; not 8 threads on a small machine).
+// The rank counts of the large-buffer and misaligned cases: 2, 3, 5, or
+// when quick 2 and 5.
+inline const std::vector<int> kSmallRanks = quickSweep() ? std::vector<int>{2, 5} : std::vector<int>{2, 3, 5};
+
 inline const std::vector<int> kRanks = quickSweep() ? std::vector<int>{1, 2, 4, 5}
                                                     : std::vector<int>(std::begin(kSweepRanks), std::end(kSweepRanks));
 

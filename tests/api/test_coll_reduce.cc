@@ -159,7 +159,7 @@ TEST_CASE("ReduceScatter: every type, op, count and placement", "[reducescatter]
 }
 
 TEST_CASE("Reductions: 1M+7 elements", "[large][reductions]") {
-  const std::vector<int> ranks = {2, 3, 5};
+  const std::vector<int>& ranks = kSmallRanks;
   const std::vector<ncclDataType_t> types = {ncclFloat32, ncclFloat16, ncclInt8};
   SECTION("reduce sum") {
     runSweep(largeSpec(reductionSpec("ncclReduce", true), types, {ncclSum}), checkReduce, ranks);
@@ -176,7 +176,7 @@ TEST_CASE("Reductions: 1M+7 elements", "[large][reductions]") {
 }
 
 TEST_CASE("Reductions on buffers off 64-byte alignment", "[unaligned]") {
-  const std::vector<int> ranks = {2, 3, 5};
+  const std::vector<int>& ranks = kSmallRanks;
   for (bool rooted : {true, false}) {
     SweepSpec s = reductionSpec(rooted ? "ncclReduce" : "ncclReduceScatter", rooted);
     s.misaligned = true;

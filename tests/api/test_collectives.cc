@@ -141,7 +141,8 @@ SweepSpec spec(const char* coll, bool rooted, std::vector<int> variants = {0, 1}
 }
 
 SweepSpec largeSpec(SweepSpec s) {
-  s.types = {ncclInt8, ncclFloat16, ncclFloat32, ncclFloat64};
+  s.types = quickSweep() ? std::vector<ncclDataType_t>{ncclInt8, ncclFloat32}
+                         : std::vector<ncclDataType_t>{ncclInt8, ncclFloat16, ncclFloat32, ncclFloat64};
   s.counts = {(size_t{1} << 20) + 7};
   return s;
 }
@@ -169,7 +170,7 @@ TEST_CASE("Scatter: every type, count, placement and root", "[scatter]") {
 }
 
 TEST_CASE("Data-movement collectives: 1M+7 elements", "[large][data]") {
-  const std::vector<int> ranks = {2, 3, 5};
+  const std::vector<int>& ranks = kSmallRanks;
   SECTION("broadcast") { runSweep(largeSpec(spec("ncclBroadcast", true, {0, 2})), checkBroadcast, ranks); }
   SECTION("allgather") { runSweep(largeSpec(spec("ncclAllGather", false)), checkAllGather, ranks); }
   SECTION("alltoall") { runSweep(largeSpec(spec("ncclAlltoAll", false, {0})), checkAlltoAll, ranks); }
@@ -178,7 +179,7 @@ TEST_CASE("Data-movement collectives: 1M+7 elements", "[large][data]") {
 }
 
 TEST_CASE("Data-movement collectives on buffers off 64-byte alignment", "[unaligned]") {
-  const std::vector<int> ranks = {2, 3, 5};
+  const std::vector<int>& ranks = kSmallRanks;
   for (SweepSpec s : {spec("ncclBroadcast", true, {0, 1}), spec("ncclAllGather", false),
                       spec("ncclAlltoAll", false, {0}), spec("ncclGather", true), spec("ncclScatter", true)}) {
     s.misaligned = true;

@@ -39,7 +39,9 @@ inline bool quickSweep() {
   static const bool quick = [] {
     const char* mode = std::getenv("PLAIT_TEST_SWEEP");
     const bool q = mode != nullptr && std::strcmp(mode, "quick") == 0;
-    if (q) std::printf("PLAIT_TEST_SWEEP=quick: sweeps cover int8, bfloat16, float32, uint64 on 1, 2, 4, 5 ranks\n");
+    if (q)
+      std::printf("PLAIT_TEST_SWEEP=quick: sweeps cover int8, bfloat16, float32, uint64 on 1, 2, 4, 5 ranks "
+                  "(large and misaligned buffers: 2, 5 ranks)\n");
     return q;
   }();
   return quick;
