@@ -118,13 +118,19 @@ Result<void*> hostMemAlloc(size_t bytes) {
 // that is not from ncclMemAlloc is accepted; collectives on it simply take
 // the FIFO path unless every rank is a thread of one process.
 namespace {
+// The buffer of a registration: not null, not empty, not wrapping around.
+Status checkRange(const void* buff, size_t size) {
+  if (buff == nullptr) return plait::invalidArgument("buff is NULL");
+  if (size == 0) return plait::invalidArgument("size is 0");
+  if (reinterpret_cast<uintptr_t>(buff) + size < reinterpret_cast<uintptr_t>(buff))
+    return plait::invalidArgument("buff + size (" + std::to_string(size) + ") wraps around");
+  return Status::ok();
+}
+
 ncclResult_t registerRange(ncclComm_t comm, void* buff, size_t size, void** handle, plait::RegistrationKind kind,
                            const char* call) {
   if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
-  if (buff == nullptr) return fail(plait::invalidArgument("buff is NULL"), call);
-  if (size == 0) return fail(plait::invalidArgument("size is 0"), call);
-  if (reinterpret_cast<uintptr_t>(buff) + size < reinterpret_cast<uintptr_t>(buff))
-    return fail(plait::invalidArgument("buff + size (" + std::to_string(size) + ") wraps around"), call);
+  if (Status s = checkRange(buff, size); !s.isOk()) return fail(s, call);
   CommUse use(comm);
   if (!use.usable()) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);
   return fail(comm->impl->registerBuffer(buff, size, kind, handle), call);
@@ -174,10 +180,7 @@ PLAIT_API(ncclResult_t, CommWindowRegister,
   if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0)
     return fail(plait::invalidArgument("winFlags " + std::to_string(winFlags) + " has unknown bits"), call);
   if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
-  if (buff == nullptr) return fail(plait::invalidArgument("buff is NULL"), call);
-  if (size == 0) return fail(plait::invalidArgument("size is 0"), call);
-  if (reinterpret_cast<uintptr_t>(buff) + size < reinterpret_cast<uintptr_t>(buff))
-    return fail(plait::invalidArgument("buff + size (" + std::to_string(size) + ") wraps around"), call);
+  if (Status s = checkRange(buff, size); !s.isOk()) return fail(s, call);
   if ((winFlags & NCCL_WIN_COLL_SYMMETRIC) != 0 && plait::group::active()) {
     *win = nullptr;
     plait::group::deferSetup(comm, [=] { return registerWindowNow(comm, buff, size, win, winFlags); });

@@ -25,15 +25,9 @@ class CudaSymmetricMemory final : public SymmetricMemory {
   explicit CudaSymmetricMemory(int cudaDev) : dev_(cudaDev) {}
 
   Status probe() override {
-    const DriverApi& d = driverApi();
-    if (!d.missing.empty()) return invalidUsage("CUDA virtual memory management is unavailable: " + d.missing);
-    int vmm = 0, fds = 0;
-    CUresult r = d.getAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev_);
-    if (r == CUDA_SUCCESS)
-      r = d.getAttribute(&fds, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev_);
-    if (r != CUDA_SUCCESS) return Status(Code::kCudaError, driverFailure("cuDeviceGetAttribute", r));
-    if (vmm == 0) return invalidUsage("CUDA device " + std::to_string(dev_) + " has no virtual memory management");
-    if (fds == 0) return invalidUsage("CUDA device " + std::to_string(dev_) + " cannot share memory by POSIX fd");
+    std::string why;
+    if (vmm::supported(dev_, &why) != vmm::Outcome::kOk)
+      return invalidUsage("CUDA virtual memory management is unavailable: " + why);
     return Status::ok();
   }
 

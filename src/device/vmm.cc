@@ -31,8 +31,9 @@ CUmemAllocationProp propertiesFor(int device) {
   return prop;
 }
 
-// kOk when VMM with POSIX fds serves `device`.
-Outcome usable(int device, std::string* why) {
+}  // namespace
+
+Outcome supported(int device, std::string* why) {
   const DriverApi& d = driverApi();
   if (!d.missing.empty()) {
     *why = d.missing;
@@ -54,7 +55,6 @@ Outcome usable(int device, std::string* why) {
   return Outcome::kOk;
 }
 
-}  // namespace
 
 Outcome allocate(void** ptr, size_t bytes, std::string* why) {
   int device = -1;
@@ -63,7 +63,7 @@ Outcome allocate(void** ptr, size_t bytes, std::string* why) {
     *why = "no current CUDA device";
     return Outcome::kUnavailable;
   }
-  if (const Outcome o = usable(device, why); o != Outcome::kOk) return o;
+  if (const Outcome o = supported(device, why); o != Outcome::kOk) return o;
   (void)cudaFree(nullptr);  // makes the device's primary context current, which the driver's calls use
   const DriverApi& d = driverApi();
   const CUmemAllocationProp prop = propertiesFor(device);

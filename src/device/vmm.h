@@ -19,6 +19,10 @@ namespace plait::device::vmm {
 // The values are cuda_probe.h's codes (RuntimeEntryPoints::vmmAllocate).
 enum class Outcome { kOk = 0, kUnavailable = 1, kFailed = 2 };
 
+// kOk when the driver has VMM with POSIX fd handles for `device`; else
+// kUnavailable (or kFailed when the query itself failed), *why naming it.
+Outcome supported(int device, std::string* why);
+
 // `bytes` (> 0, rounded up to the allocation granularity) of memory on the
 // calling thread's current device, mapped read-write for it, with a
 // shareable POSIX fd. kUnavailable (the caller falls back to cudaMalloc) when
