@@ -26,21 +26,39 @@ namespace {
 
 constexpr int kExitUsage = 2;
 
-// A port on 127.0.0.1 that was free a moment ago: bound to port 0, read back,
-// closed. Rank 0's library binds it again as the bootstrap root; another
-// process taking it in between makes rank 0's init fail, not hang.
-std::optional<int> pickFreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
+// A port on 127.0.0.1 reserved for the job's bootstrap root: bound (port 0,
+// read back) with SO_REUSEADDR but not listening, and kept open while the
+// ranks run. Rank 0's library binds it again as the bootstrap root, which
+// Linux allows because both sockets set SO_REUSEADDR and neither listened
+// yet; meanwhile the bound socket keeps the kernel from handing the port to
+// another process's outgoing connection (ctest runs jobs in parallel and the
+// port lies in the ephemeral range), which used to fail rank 0 with
+// EADDRINUSE now and then.
+struct ReservedPort {
+  int fd = -1;
+  int port = 0;
+  ReservedPort() = default;
+  ReservedPort(const ReservedPort&) = delete;
+  ReservedPort& operator=(const ReservedPort&) = delete;
+  ~ReservedPort() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+bool reservePort(ReservedPort& out) {
+  out.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (out.fd < 0) return false;
+  int one = 1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
-  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-            getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  close(fd);
-  if (!ok) return std::nullopt;
-  return ntohs(addr.sin_port);
+  if (setsockopt(out.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+      bind(out.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(out.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return false;
+  out.port = ntohs(addr.sin_port);
+  return true;
 }
 
 // 128 random bits as hex: the job's PLAIT_COMM_SECRET. The ranks mix it into
@@ -121,12 +139,12 @@ int main(int argc, char** argv) {
   if (!hosts.empty() && !checkHosts(hosts)) return plait::run::kExitLaunchFailed;
   if (timeoutSeconds > 0)
     options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeoutSeconds * 1000 + 0.5));
-  std::optional<int> port = pickFreePort();
-  if (!port) {
-    std::fprintf(stderr, "plait-run: cannot find a free TCP port on 127.0.0.1: %s\n", strerror(errno));
+  ReservedPort port;  // held until the ranks have exited
+  if (!reservePort(port)) {
+    std::fprintf(stderr, "plait-run: cannot reserve a TCP port on 127.0.0.1: %s\n", strerror(errno));
     return plait::run::kExitLaunchFailed;
   }
-  options.commId = "127.0.0.1:" + std::to_string(*port);
+  options.commId = "127.0.0.1:" + std::to_string(port.port);
   std::optional<std::string> secret = randomSecret();
   if (!secret) {
     std::fprintf(stderr, "plait-run: cannot read random bytes for the job's secret: %s\n", strerror(errno));
