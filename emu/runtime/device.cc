@@ -22,6 +22,11 @@ namespace {
 
 thread_local cudaError_t tLastError = cudaSuccess;
 thread_local int tDevice = 0;
+// Whether this thread has a current context, as the real runtime has after a
+// call that uses the device (cudaSetDevice, an allocation, a stream...), not
+// after cudaGetDevice alone; the driver's calls that need a context fail
+// (CUDA_ERROR_INVALID_CONTEXT) on a thread that has none.
+thread_local bool tContextBound = false;
 
 constexpr int kMaxThreadsPerBlock = 1024;
 constexpr int kClockKHz = 1000000;
@@ -83,7 +88,12 @@ std::mutex gPeerMu;
 std::array<uint64_t, 64> gPeerEnabled{};
 
 }  // namespace
-int currentDevice() { return tDevice; }
+int currentDevice() {
+  tContextBound = true;
+  return tDevice;
+}
+
+int boundDevice() { return tContextBound ? tDevice : -1; }
 
 const void* registerKernel(const void* kernel, KernelBinder bind) {
   std::lock_guard<std::mutex> lock(gKernelsMu);
@@ -163,6 +173,7 @@ cudaError_t cudaGetDeviceCount(int* count) {
 cudaError_t cudaSetDevice(int device) {
   if (!validDevice(device)) return fail(cudaErrorInvalidDevice);
   tDevice = device;
+  tContextBound = true;
   return cudaSuccess;
 }
 

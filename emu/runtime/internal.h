@@ -15,7 +15,10 @@ namespace plait_emu {
 // Records `err` as the calling thread's last error when it is one; returns it.
 cudaError_t fail(cudaError_t err);
 // The calling thread's current device.
+// The calling thread's device; the runtime call asking binds its context.
 int currentDevice();
+// The device whose context is current on this thread, or -1 when none is.
+int boundDevice();
 int deviceCount();
 bool validDevice(int device);
 // Whether PLAIT_EMU_NO_PEER_ACCESS says devices a and b cannot reach each other.

@@ -30,6 +30,7 @@ struct Stream {
   uint64_t enqueued = 0;
   uint64_t completed = 0;
   bool stopping = false;
+  int pins = 0;  // drainDevice calls holding it (guarded by gStreamsMu): not deleted until 0
   std::thread worker;
   // While capturing (cudaStreamBeginCapture), work goes here instead of the
   // queue; cudaStreamEndCapture turns it into a graph.
@@ -55,6 +56,7 @@ struct Stream {
 namespace {
 
 std::mutex gStreamsMu;
+std::condition_variable gUnpinned;  // a stream's pins fell (with gStreamsMu)
 std::set<Stream*>* gLiveStreams = new std::set<Stream*>();  // leaked: used until exit
 std::set<Stream*>& liveStreams() { return *gLiveStreams; }
 void liveStreamsAfterFork() { gLiveStreams = new std::set<Stream*>(); }
@@ -109,6 +111,7 @@ Event* toEvent(cudaEvent_t e) {
 // objects are leaked in the child. Events keep working (they are memory).
 void startAfreshInChild() {
   new (&gStreamsMu) std::mutex;
+  new (&gUnpinned) std::condition_variable;
   new (&gLegacyMu) std::mutex;
   new (&gEventsMu) std::mutex;
   liveStreamsAfterFork();
@@ -148,14 +151,22 @@ void drain(Stream* s) {
   s->cv.wait(lock, [&] { return s->completed >= target; });
 }
 
+// The device's streams are pinned while drained: another thread may
+// destroy one meanwhile (a rank freeing memory while its peer tears down).
 void drainDevice(int device) {
   std::vector<Stream*> streams;
   {
     std::lock_guard<std::mutex> lock(gStreamsMu);
     for (Stream* s : liveStreams())
-      if (s->device == device) streams.push_back(s);
+      if (s->device == device) {
+        ++s->pins;
+        streams.push_back(s);
+      }
   }
   for (Stream* s : streams) drain(s);
+  std::lock_guard<std::mutex> lock(gStreamsMu);
+  for (Stream* s : streams) --s->pins;
+  gUnpinned.notify_all();
 }
 
 bool isCapturing(Stream* s) {
@@ -195,6 +206,10 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     s->cv.notify_all();
   }
   s->worker.join();
+  {
+    std::unique_lock<std::mutex> lock(gStreamsMu);
+    gUnpinned.wait(lock, [&] { return s->pins == 0; });  // a drainDevice still holds it
+  }
   delete s;
   return cudaSuccess;
 }

@@ -133,7 +133,8 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
 
 CUresult cuCtxGetCurrent(CUcontext* ctx) {
   if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *ctx = reinterpret_cast<CUcontext>(static_cast<uintptr_t>(currentDevice()) + 1);
+  const int device = boundDevice();
+  *ctx = device < 0 ? nullptr : reinterpret_cast<CUcontext>(static_cast<uintptr_t>(device) + 1);
   return CUDA_SUCCESS;
 }
 
@@ -341,6 +342,7 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
 }
 
 CUresult cuMemGetAddressRange(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) {
+  if (boundDevice() < 0) return CUDA_ERROR_INVALID_CONTEXT;  // as the driver on a thread without one
   Allocation a;
   if (!findAllocation(reinterpret_cast<const void*>(dptr), &a)) return CUDA_ERROR_NOT_FOUND;
   if (base) *base = reinterpret_cast<CUdeviceptr>(a.base);

@@ -8,12 +8,16 @@ namespace plait {
 
 class ScopedDevice {
  public:
+  // cudaSetDevice even when the thread's device is already `device`: a
+  // thread that never used the device has none of its context current
+  // (cudaGetDevice says 0 all the same), and the driver's calls made in the
+  // scope (cuMem*) need it: CUDA_ERROR_INVALID_CONTEXT otherwise.
   explicit ScopedDevice(int device) {
     if (cudaGetDevice(&saved_) != cudaSuccess) {
       (void)cudaGetLastError();
       saved_ = -1;
     }
-    if (saved_ != device && cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();
   }
   ~ScopedDevice() {
     int now = -1;

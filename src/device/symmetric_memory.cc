@@ -56,6 +56,7 @@ class CudaSymmetricMemory final : public SymmetricMemory {
   }
 
   Result<void*> reserve(size_t bytes) override {
+    ScopedDevice scope(dev_);
     CUdeviceptr at = 0;
     if (CUresult r = driverApi().reserve(&at, bytes, granularity(), 0, 0); r != CUDA_SUCCESS)
       return Status(Code::kCudaError, driverFailure("cuMemAddressReserve", r) + " (" + std::to_string(bytes) +
@@ -64,6 +65,7 @@ class CudaSymmetricMemory final : public SymmetricMemory {
   }
 
   void unreserve(void* at, size_t bytes) override {
+    ScopedDevice scope(dev_);
     (void)driverApi().addressFree(reinterpret_cast<CUdeviceptr>(at), bytes);
   }
 
