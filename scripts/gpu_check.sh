@@ -23,7 +23,7 @@ bundle() {
   cmake -S . -B "$build" -G Ninja -DPLAIT_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || return 1
   ninja -C "$build" nccl device_compile_check device_conformance loopback_bench device_coll_perf vmm_probe \
-    test_device_api_windows_gpu || return 1
+    test_device_api_windows_gpu test_symmetric_collectives_gpu || return 1
   rm -rf .gpu && mkdir -p .gpu/lib .gpu/bin
   cp -L "$build/src/api/libnccl.so.2" .gpu/lib/
   local lib
@@ -31,7 +31,8 @@ bundle() {
   cp -L /usr/local/cuda/lib/libcudart.so.13 .gpu/lib/
   cp "$build/algorithms/device/device_compile_check" "$build/tests/process/device_conformance" \
     "$build/perf/device/loopback_bench" "$build/perf/device/device_coll_perf" "$build/perf/device/vmm_probe" \
-    "$build/tests/device_api/test_device_api_windows_gpu" .gpu/bin/
+    "$build/tests/device_api/test_device_api_windows_gpu" "$build/tests/device_api/test_symmetric_collectives_gpu" \
+    .gpu/bin/
   strip --strip-debug .gpu/lib/libnccl.so.2 .gpu/bin/*
   du -sh .gpu
 }
@@ -71,6 +72,11 @@ run() {
   step device_api_windows_process 120 env PLAIT_ALLOW_SHARED_DEVICE=1 .gpu/bin/test_device_api_windows_gpu "[process]"
   step device_api_windows_off 60 env PLAIT_ALLOW_SHARED_DEVICE=1 NCCL_WIN_ENABLE=0 \
     .gpu/bin/test_device_api_windows_gpu "[win-off]"
+  # The symmetric kernels (AllReduce, ReduceScatter, AllGather on window
+  # buffers), every rank sharing the GPU; the barrier time-out case too.
+  step symmetric_collectives 240 env PLAIT_ALLOW_SHARED_DEVICE=1 .gpu/bin/test_symmetric_collectives_gpu "~[deadline]"
+  step symmetric_deadline 60 env PLAIT_ALLOW_SHARED_DEVICE=1 PLAIT_TIMEOUT=2 \
+    .gpu/bin/test_symmetric_collectives_gpu "[deadline]"
   if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     step memcheck_conformance_2 300 env PLAIT_ALLOW_SHARED_DEVICE=1 compute-sanitizer --tool memcheck \
       --target-processes all --error-exitcode 9 .gpu/bin/device_conformance 2
@@ -82,6 +88,14 @@ run() {
     # The library on device buffers, FIFOs in GPU memory (P2P) against host
     # memory (SHM), interleaved; ranks are threads sharing the GPU.
     local coll n mode
+    # Symmetric kernels against the FIFO rings on the same window buffers.
+    for coll in allreduce allgather reducescatter; do
+      for mode in 1 0; do
+        step "sym_${coll}_4_sym${mode}" 120 env PLAIT_ALLOW_SHARED_DEVICE=1 DEVICE_COLL_PERF_WINDOWS=1 \
+          PLAIT_SYMMETRIC_ENABLE=$mode .gpu/bin/device_coll_perf 4 "$coll" 8 "${COLL_MAX:-256M}" 20
+        cat "$logs/sym_${coll}_4_sym${mode}.log"
+      done
+    done
     for coll in allreduce allgather; do
       for n in 2 4; do
         for mode in p2p shm; do

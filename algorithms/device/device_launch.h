@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "algorithms/device/device_work.h"
+#include "algorithms/device/symmetric_work.h"
 #include "nccl.h"
 
 // The host-side handle of a __global__ function (what cudaLaunchKernel and
@@ -84,6 +85,20 @@ const char* validateDeviceP2pWork(const DeviceP2pWork& work);
 // launch's own error. Failures stop the lane and are reported in
 // work.laneStatus, as launchCollective's channels do.
 cudaError_t launchP2p(const DeviceP2pWork& work, cudaStream_t stream);
+
+// Enqueues one symmetric collective (symmetric_work.h) on `stream`: nBlocks
+// thread blocks of kDeviceThreads threads, block b meeting block b of every
+// LSA peer at its barriers, so every rank must launch the same nBlocks for
+// the same collective, count and type. Returns cudaErrorInvalidValue when
+// validateSymmetricWork rejects `work`, cudaSuccess without launching for
+// count 0, else the launch's own error. Failures (abort, a barrier's
+// deadline, a peer that gave up) end the block and are reported in
+// work.blockStatus.
+cudaError_t launchSymmetric(const SymmetricWork& work, int nBlocks, cudaStream_t stream);
+
+// The symmetric kernel for `coll` and `type`, or nullptr (AllGather: one
+// byte kernel; AllReduce and ReduceScatter: one kernel per type).
+const void* symmetricKernelFor(DeviceColl coll, ncclDataType_t type);
 
 // Stores in *cycles about `ms` milliseconds of clock64() on `device` (its peak
 // clock rate; the SM clock may run slower, which only lengthens the time-out).

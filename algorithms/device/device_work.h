@@ -81,6 +81,7 @@ enum class DeviceStatus : uint32_t {
   kPeerAborted = 2,   // the other end of a FIFO was aborted (or gave up after its own error)
   kTimeout = 3,       // a wait ran past DeviceWork::timeoutCycles
   kSizeMismatch = 4,  // a received step's size differs from what this rank expected
+  kBarrierTimeout = 5,  // a symmetric kernel's barrier wait ran past timeoutCycles
 };
 
 // Human-readable name of a DeviceStatus ("ok", "aborted", ...).
@@ -91,6 +92,9 @@ PLAIT_HOST_DEVICE constexpr const char* deviceStatusName(DeviceStatus s) {
     case DeviceStatus::kPeerAborted: return "peer aborted";
     case DeviceStatus::kTimeout: return "timed out";
     case DeviceStatus::kSizeMismatch: return "step size mismatch (ranks disagree on the operation?)";
+    case DeviceStatus::kBarrierTimeout:
+      return "timed out at a symmetric kernel's barrier (a peer never arrived: did every rank pass buffers in "
+             "windows registered alike?)";
   }
   return "unknown";
 }

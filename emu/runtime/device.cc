@@ -33,8 +33,13 @@ constexpr int kClockKHz = 1000000;
 
 std::mutex gKernelsMu;
 std::atomic<uint64_t> gKernelsLaunched{0};
-std::map<const void*, KernelBinder>& kernels() {
-  static auto* table = new std::map<const void*, KernelBinder>();
+struct KernelRecord {
+  KernelBinder bind = nullptr;
+  std::string signature;  // the parameter types, as kernelHandle's __PRETTY_FUNCTION__ spells them
+  uint64_t launches = 0;
+};
+std::map<const void*, KernelRecord>& kernels() {
+  static auto* table = new std::map<const void*, KernelRecord>();
   return *table;
 }
 
@@ -95,16 +100,30 @@ int currentDevice() {
 
 int boundDevice() { return tContextBound ? tDevice : -1; }
 
-const void* registerKernel(const void* kernel, KernelBinder bind) {
+const void* registerKernel(const void* kernel, KernelBinder bind, const char* signature) {
   std::lock_guard<std::mutex> lock(gKernelsMu);
-  kernels().emplace(kernel, bind);
+  kernels().emplace(kernel, KernelRecord{bind, signature ? signature : "", 0});
   return kernel;
 }
 
 KernelBinder findKernel(const void* kernel) {
   std::lock_guard<std::mutex> lock(gKernelsMu);
   auto it = kernels().find(kernel);
-  return it == kernels().end() ? nullptr : it->second;
+  return it == kernels().end() ? nullptr : it->second.bind;
+}
+
+void countLaunch(const void* kernel) {
+  gKernelsLaunched.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(gKernelsMu);
+  if (auto it = kernels().find(kernel); it != kernels().end()) ++it->second.launches;
+}
+
+uint64_t kernelsLaunchedTaking(const char* typeName) {
+  std::lock_guard<std::mutex> lock(gKernelsMu);
+  uint64_t n = 0;
+  for (const auto& [kernel, record] : kernels())
+    if (record.signature.find(typeName) != std::string::npos) n += record.launches;
+  return n;
 }
 
 }  // namespace plait_emu
@@ -300,7 +319,7 @@ cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void
     return fail(cudaErrorInvalidConfiguration);
   if (!isStream(stream)) return fail(cudaErrorInvalidResourceHandle);
   std::function<void()> body = bind(func, args);  // copies the arguments now
-  gKernelsLaunched.fetch_add(1, std::memory_order_relaxed);
+  countLaunch(func);
   enqueue(resolveStream(stream), [body = std::move(body), gridDim, blockDim] { runGrid(body, gridDim, blockDim); });
   return cudaSuccess;
 }

@@ -12,7 +12,11 @@
  * Built in CUDA builds only: the emulator's timings are not GPU performance.
  *
  * Usage: device_coll_perf NRANKS allreduce|allgather|reducescatter|broadcast|alltoall MIN MAX [ITERS]
- * Sizes in bytes (K, M, G suffixes), doubling by 4. Exit 77: no CUDA device. */
+ * Sizes in bytes (K, M, G suffixes), doubling by 4. Exit 77: no CUDA device.
+ * DEVICE_COLL_PERF_WINDOWS=1: the buffers come from ncclMemAlloc and are
+ * registered as NCCL_WIN_COLL_SYMMETRIC windows (Plait then runs AllReduce,
+ * AllGather and ReduceScatter as symmetric kernels unless
+ * PLAIT_SYMMETRIC_ENABLE=0: the same binary times both). */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <pthread.h>
@@ -75,6 +79,25 @@ static ncclResult_t call(enum Coll c, const float* in, float* out, size_t count,
   } while (0)
 
 static pthread_barrier_t gReady;
+static int gWindows; /* DEVICE_COLL_PERF_WINDOWS=1 */
+
+/* A buffer of `bytes`: cudaMalloc'd, or with gWindows ncclMemAlloc'd and
+   registered as a symmetric window (collective: every rank calls it alike). */
+static int allocate(ncclComm_t comm, float** p, size_t bytes, ncclWindow_t* win) {
+  *win = NULL;
+  if (!gWindows) return cudaMalloc((void**)p, bytes) == cudaSuccess;
+  return ncclMemAlloc((void**)p, bytes) == ncclSuccess &&
+         ncclCommWindowRegister(comm, *p, bytes, win, NCCL_WIN_COLL_SYMMETRIC) == ncclSuccess;
+}
+
+static void release(ncclComm_t comm, float* p, ncclWindow_t win) {
+  if (!gWindows) {
+    cudaFree(p);
+    return;
+  }
+  if (win != NULL) ncclCommWindowDeregister(comm, win);
+  ncclMemFree(p);
+}
 
 /* times[size index * nranks + rank]: seconds per call; wrong[...]: mismatches. */
 static int rankMain(int rank, int n, ncclUniqueId id, enum Coll c, size_t minB, size_t maxB, int iters, double* times,
@@ -91,8 +114,9 @@ static int rankMain(int rank, int n, ncclUniqueId id, enum Coll c, size_t minB, 
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreate");
   const size_t maxElems = maxB / sizeof(float) + 64;
   float *in = NULL, *out = NULL;
-  CHECK(cudaMalloc((void**)&in, maxElems * sizeof(float)) == cudaSuccess, "cudaMalloc");
-  CHECK(cudaMalloc((void**)&out, maxElems * sizeof(float)) == cudaSuccess, "cudaMalloc");
+  ncclWindow_t inWin = NULL, outWin = NULL;
+  CHECK(allocate(comm, &in, maxElems * sizeof(float), &inWin), "allocating the input");
+  CHECK(allocate(comm, &out, maxElems * sizeof(float), &outWin), "allocating the output");
   float* host = (float*)malloc(maxElems * sizeof(float));
   CHECK(host != NULL, "malloc");
   for (size_t i = 0; i < maxElems; ++i) host[i] = (float)(rank + 1);
@@ -119,9 +143,9 @@ static int rankMain(int rank, int n, ncclUniqueId id, enum Coll c, size_t minB, 
     times[k * n + rank] = (now() - t0) / iters;
   }
   pthread_barrier_wait(&gReady);  /* no cudaFree while a peer's kernel may run */
+  release(comm, in, inWin);
+  release(comm, out, outWin);
   ncclCommDestroy(comm);
-  cudaFree(in);
-  cudaFree(out);
   free(host);
   return 0;
 }
@@ -154,6 +178,8 @@ int main(int argc, char** argv) {
     if (strcmp(argv[2], kNames[i]) == 0) c = i;
   const size_t minB = parseSize(argv[3]), maxB = parseSize(argv[4]);
   const int iters = argc > 5 ? atoi(argv[5]) : 20;
+  const char* windows = getenv("DEVICE_COLL_PERF_WINDOWS");
+  gWindows = windows != NULL && strcmp(windows, "1") == 0;
   if (n < 1 || c < 0 || minB < sizeof(float) || maxB < minB || iters < 1) {
     fprintf(stderr, "%s: bad arguments\n", argv[0]);
     return 2;
@@ -183,7 +209,8 @@ int main(int argc, char** argv) {
     failed |= args[r].rc != 0;
   }
   if (failed) return 1;
-  printf("# %s, %d ranks, float, device buffers, %d iterations (slowest rank)\n", kNames[c], n, iters);
+  printf("# %s, %d ranks, float, device buffers (%s), %d iterations (slowest rank)\n", kNames[c], n,
+         gWindows ? "ncclMemAlloc, symmetric windows" : "cudaMalloc", iters);
   printf("%12s %12s %10s %9s %9s %7s\n", "size(B)", "count", "time(us)", "algbw", "busbw", "#wrong");
   int k = 0;
   for (size_t bytes = minB; bytes <= maxB; bytes *= 4, ++k) {

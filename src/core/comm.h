@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -118,6 +119,9 @@ class Communicator {
   // The device API's space, made collectively on first use (comm_windows.cc).
   Status ensureSymmetric();
   std::string deviceApiRefusal() const;
+  // How `task` runs as a symmetric kernel (its buffers in windows, every rank
+  // in one LSA team), or nothing: then it runs on the FIFO rings.
+  std::optional<SymmetricPlan> symmetricPlan(const Task& task) const;
   Status runDeviceP2p(const std::vector<Task>& tasks);
   void releaseDevice();
   Status execute(const Task& task);

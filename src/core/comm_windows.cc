@@ -1,6 +1,7 @@
 // comm_windows.cc — the communicator's part of the device API: window
 // registration (local, or collective over the LSA team with
 // NCCL_WIN_COLL_SYMMETRIC: core/symmetric.h) and device communicators.
+#include <algorithm>
 #include <string>
 
 #include "base/config.h"
@@ -13,6 +14,13 @@ namespace {
 PLAIT_PARAM_INT(kWinEnable, "WIN_ENABLE", 1,
                 "1: NCCL_WIN_COLL_SYMMETRIC windows are mapped for the LSA team's kernels (the device API); 0: "
                 "windows are local registrations only");
+PLAIT_PARAM_INT(kSymmetricEnable, "SYMMETRIC_ENABLE", 1,
+                "1: AllReduce, AllGather and ReduceScatter on device buffers in symmetric windows run the "
+                "symmetric kernels (loads and stores into the LSA peers' memory); 0: the FIFO rings");
+PLAIT_PARAM_INT(kSymmetricMaxBytes, "SYMMETRIC_MAX_BYTES", 0,
+                "the largest collective (bytes of the whole buffer) the symmetric kernels take; 0: no limit");
+PLAIT_PARAM_INT(kSymmetricBlockBytes, "SYMMETRIC_BLOCK_BYTES", 512 << 10,
+                "bytes per thread block of a symmetric kernel (1 to 32 blocks)");
 
 }  // namespace
 
@@ -49,6 +57,33 @@ Status Communicator::ensureSymmetric() {
   return Status::ok();
 }
 
+std::optional<SymmetricPlan> Communicator::symmetricPlan(const Task& task) const {
+  if (!symmetric_ || !symmetric_->signalOffset() || lsaSize_ != nranks_ || kSymmetricEnable.get() == 0)
+    return std::nullopt;
+  const bool reduces = task.coll == CollType::kAllReduce || task.coll == CollType::kReduceScatter;
+  if (!reduces && task.coll != CollType::kAllGather) return std::nullopt;
+  if (reduces && task.op.kind == RedOpKind::kPreMulSum) return std::nullopt;  // a rank has only its own scalar
+  const size_t bytes = task.count * typeSize(task.type);
+  const size_t whole = task.coll == CollType::kAllReduce ? bytes : bytes * static_cast<size_t>(nranks_);
+  if (kSymmetricMaxBytes.get() > 0 && whole > static_cast<size_t>(kSymmetricMaxBytes.get())) return std::nullopt;
+  const size_t sendBytes = task.coll == CollType::kReduceScatter ? whole : bytes;
+  const size_t recvBytes = task.coll == CollType::kAllGather ? whole : bytes;
+  const std::optional<size_t> send = symmetric_->flatOffset(task.sendbuff, sendBytes);
+  const std::optional<size_t> recv = symmetric_->flatOffset(task.recvbuff, recvBytes);
+  if (!send || !recv) return std::nullopt;
+  SymmetricPlan plan;
+  plan.flat = symmetric_->flat();
+  plan.stride = symmetric_->stride();
+  plan.lsaSize = lsaSize_;
+  plan.lsaRank = symmetric_->lsaRank();
+  plan.sendOffset = *send;
+  plan.recvOffset = *recv;
+  plan.signalOffset = *symmetric_->signalOffset();
+  const size_t perBlock = static_cast<size_t>(std::max<int64_t>(1, kSymmetricBlockBytes.get()));
+  plan.nBlocks = static_cast<int>(std::clamp<size_t>((whole + perBlock - 1) / perBlock, 1, kDeviceChannelLimit));
+  return plan;
+}
+
 Status Communicator::registerWindow(void* buff, size_t bytes, int flags, void** win) {
   if (!direct_) return invalidUsage("the communicator is not initialised");
   if ((flags & NCCL_WIN_COLL_SYMMETRIC) == 0 || !device_)
@@ -57,6 +92,9 @@ Status Communicator::registerWindow(void* buff, size_t bytes, int flags, void** 
   log::ScopedLogRank logRank(rank_);
   PLAIT_RETURN_IF_ERROR(ensureSymmetric());
   if (!symmetric_->refusal().empty()) return direct_->registerBuffer(buff, bytes, RegistrationKind::kWindow, win);
+  // The symmetric collectives' barrier words, before the first window (every
+  // rank gets here alike: the refusal is agreed).
+  if (lsaSize_ == nranks_ && nranks_ > 1) PLAIT_RETURN_IF_ERROR(symmetric_->createSignals());
   // The collective step first (a local failure before it would leave the
   // other ranks waiting), then the local registration the window also is.
   PLAIT_ASSIGN_OR_RETURN(void* window, symmetric_->registerWindow(buff, bytes, nullptr));

@@ -72,6 +72,21 @@ struct DevicePlan {
   size_t chunkBytes = 0;
 };
 
+// Where a symmetric collective (algorithms/device/symmetric_work.h) finds
+// its buffers: the LSA team's flat range (core/symmetric.h) and the offsets
+// of the send buffer, the receive buffer and the signal window in each
+// rank's share of it.
+struct SymmetricPlan {
+  char* flat = nullptr;
+  size_t stride = 0;
+  int lsaSize = 1;
+  int lsaRank = 0;
+  size_t sendOffset = 0;
+  size_t recvOffset = 0;
+  size_t signalOffset = 0;
+  int nBlocks = 1;
+};
+
 // A device buffer of this process described for a peer process
 // (src/device/peer_memory.h): plain bytes, sent as they are.
 struct DeviceRangeExport {
@@ -136,6 +151,11 @@ class DeviceBackend {
   // joined: the launch waits for the work before it on each, and each waits
   // for the launch).
   virtual Status enqueueP2p(const std::vector<DeviceP2pRequest>& requests, const std::vector<void*>& streams) = 0;
+  // Enqueues `task` (AllReduce, AllGather or ReduceScatter whose buffers lie
+  // in windows, every rank in one LSA team) as a symmetric kernel: loads and
+  // stores into the peers' window memory, no FIFO. Same asynchrony and
+  // error reporting as enqueue().
+  virtual Status enqueueSymmetric(const Task& task, const SymmetricPlan& plan) = 0;
   // The first failure a kernel reported (a time-out, a peer that aborted),
   // or OK. Thread-safe; never blocks.
   virtual Status asyncError() const = 0;

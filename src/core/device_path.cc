@@ -234,6 +234,7 @@ Status Communicator::runOnDevice(const Task& task) {
     return Status(deviceUnavailable_.code(), std::string(collName(task.coll)) +
                                                  " on CUDA device buffers: " + deviceUnavailable_.message());
   if (isPointToPoint(task.coll)) return runDeviceP2p({task});
+  if (std::optional<SymmetricPlan> symmetric = symmetricPlan(task)) return device_->enqueueSymmetric(task, *symmetric);
   const size_t blockBytes = task.count * typeSize(task.type);
   const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
   const Plan plan = tuner_->devicePlan(task, blocked ? blockBytes * nranks_ : blockBytes, deviceChannels_);

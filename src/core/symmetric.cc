@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "algorithms/device/symmetric_work.h"
 #include "base/config.h"
 #include "base/log.h"
 
@@ -252,6 +253,9 @@ Result<void*> SymmetricSpace::registerWindow(void* buff, size_t bytes, void* loc
   closeFd();
   auto window = std::make_unique<Window>();
   window->memory = exported->ownerBase;
+  window->begin = reinterpret_cast<uintptr_t>(buff);
+  window->bytes = bytes;
+  window->flatOffset = offset + exported->offset;
   window->localHandle = localHandle;
   ncclWindow_vidmem& v = window->view;
   v.winHost = window.get();
@@ -275,6 +279,7 @@ Result<void*> SymmetricSpace::registerWindow(void* buff, size_t bytes, void* loc
     memories_[window->memory] = std::move(fresh);
   }
   ++memories_[window->memory].refs;
+  byBegin_.emplace(window->begin, window.get());
   windows_.emplace(device, std::move(window));
   return device;
 }
@@ -284,6 +289,11 @@ Status SymmetricSpace::deregisterWindow(void* window, void** localHandle) {
   if (it == windows_.end()) return invalidArgument("win is not a window registered on this communicator");
   *localHandle = it->second->localHandle;
   const uintptr_t key = it->second->memory;
+  for (auto b = byBegin_.lower_bound(it->second->begin); b != byBegin_.end() && b->first == it->second->begin; ++b)
+    if (b->second == it->second.get()) {
+      byBegin_.erase(b);
+      break;
+    }
   memory_->freeUpload(window);
   windows_.erase(it);
   auto m = memories_.find(key);
@@ -292,6 +302,36 @@ Status SymmetricSpace::deregisterWindow(void* window, void** localHandle) {
     used_.erase(m->second.offset);
     memories_.erase(m);
   }
+  return Status::ok();
+}
+
+std::optional<size_t> SymmetricSpace::flatOffset(const void* ptr, size_t bytes) const {
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  // Windows may nest or repeat a range: any one that holds it all will do.
+  for (auto it = byBegin_.upper_bound(p); it != byBegin_.begin();) {
+    --it;
+    const Window& w = *it->second;
+    if (p - w.begin <= w.bytes && bytes <= w.bytes - (p - w.begin)) return w.flatOffset + (p - w.begin);
+  }
+  return std::nullopt;
+}
+
+Status SymmetricSpace::createSignals() {
+  if (signalOffset_) return Status::ok();
+  if (!refusal_.empty()) return invalidUsage(refusal_);
+  const size_t bytes = alignUp(symmetricSignalBytes(lsaSize_), kResourceUnit);
+  void* allocation = nullptr;
+  Status local;
+  if (Result<void*> a = memory_->allocateZeroed(bytes); a.isOk()) allocation = *a;
+  else local = a.status();
+  PLAIT_RETURN_IF_ERROR(agree(local, "allocating the symmetric collectives' signals"));
+  Result<void*> window = registerWindow(allocation, bytes, nullptr);
+  if (!window.isOk()) {
+    (void)memory_->release(allocation);
+    return window.status();
+  }
+  devComms_[*window] = allocation;  // released with the space, as a device communicator's
+  signalOffset_ = windows_.at(*window)->flatOffset;
   return Status::ok();
 }
 

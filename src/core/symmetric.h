@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,21 @@ class SymmetricSpace {
     if (auto it = windows_.find(window); it != windows_.end()) it->second->localHandle = localHandle;
   }
 
+  // Collective: the signal window of the symmetric collectives (zeroed,
+  // symmetricSignalBytes), once; later calls return at once.
+  Status createSignals();
+  // Where the symmetric kernels find [ptr, ptr + bytes): its offset in each
+  // rank's share of the flat range, when it lies inside one window; else
+  // nothing. Local.
+  std::optional<size_t> flatOffset(const void* ptr, size_t bytes) const;
+  // The flat range, its stride, this rank's place in the LSA team and the
+  // signal window's offset (valid after createSignals).
+  char* flat() const { return flat_; }
+  size_t stride() const { return stride_; }
+  int lsaSize() const { return lsaSize_; }
+  int lsaRank() const { return lsaRank_; }
+  std::optional<size_t> signalOffset() const { return signalOffset_; }
+
   // Collective: the resource window for `reqs` and the device communicator.
   Status createDevComm(const ncclDevCommRequirements& reqs, ncclDevComm* out);
   // Local: releases what createDevComm made for `devComm`.
@@ -96,6 +112,9 @@ class SymmetricSpace {
   };
   struct Window {
     uintptr_t memory = 0;  // key of memories_
+    uintptr_t begin = 0;   // the registered range in this process
+    size_t bytes = 0;
+    size_t flatOffset = 0;  // of `begin` in each rank's share
     void* localHandle = nullptr;
     ncclWindow_vidmem view{};  // what the device copy holds
   };
@@ -125,7 +144,9 @@ class SymmetricSpace {
   std::map<size_t, size_t> used_;             // offset -> extent, in each rank's share
   std::map<uintptr_t, Memory> memories_;      // by the allocation's base in this process
   std::map<void*, std::unique_ptr<Window>> windows_;  // by the device ncclWindow_vidmem (winHost: the record)
-  std::map<void*, void*> devComms_;           // resource window -> its allocation
+  std::map<void*, void*> devComms_;           // resource window -> its allocation (the signal window too)
+  std::map<uintptr_t, Window*> byBegin_;      // windows by the start of their range (flatOffset)
+  std::optional<size_t> signalOffset_;        // the signal window's flat offset, once created
 };
 
 }  // namespace plait

@@ -67,6 +67,7 @@ constexpr size_t kAbortWord = 0;
 constexpr size_t kStatusWords = 1;
 constexpr size_t kControlWords = kStatusWords + kMaxDeviceChannels;
 static_assert(kDeviceChannelLimit == kMaxDeviceChannels, "the core connects at most the channels a kernel carries");
+static_assert(kMaxSymmetricBlocks <= kMaxDeviceChannels, "a symmetric kernel's blocks report in the channels' words");
 
 class CudaExecutor final : public DeviceBackend {
  public:
@@ -75,6 +76,7 @@ class CudaExecutor final : public DeviceBackend {
   Status init();
   Status enqueue(const Task& task, const DevicePlan& plan) override;
   Status enqueueP2p(const std::vector<DeviceP2pRequest>& requests, const std::vector<void*>& streams) override;
+  Status enqueueSymmetric(const Task& task, const SymmetricPlan& plan) override;
   Status asyncError() const override;
   void abort() override;
   bool drain(Deadline deadline) override;
@@ -312,6 +314,37 @@ Status CudaExecutor::enqueue(const Task& task, const DevicePlan& plan) {
   PLAIT_RETURN_IF_ERROR(buildWork(task, plan, &work, &nChannels));
   return launchJoined({static_cast<cudaStream_t>(task.cudaStream)}, collName(task.coll),
                       [&](cudaStream_t stream) { return launchCollective(work, nChannels, stream); });
+}
+
+// The symmetric kernels read the communicator's abort word and report in
+// the channels' status words, so asyncError() and abort() cover them too.
+Status CudaExecutor::enqueueSymmetric(const Task& task, const SymmetricPlan& plan) {
+  if (task.count == 0) return Status::ok();
+  if (AtomicRef<uint32_t>(control_[kAbortWord]).load(mo::acquire) != 0)
+    return invalidUsage("the communicator was aborted");
+  ScopedDevice scope(setup_.cudaDev);
+  SymmetricWork w;
+  w.coll = deviceCollOf(task.coll);
+  w.type = task.type;
+  w.elemSize = typeSize(task.type);
+  w.op = isDeviceReduction(w.coll) ? task.op : RedOp{};
+  w.flat = plan.flat;
+  w.stride = plan.stride;
+  w.nranks = plan.lsaSize;
+  w.rank = plan.lsaRank;
+  w.sendOffset = plan.sendOffset;
+  w.recvOffset = plan.recvOffset;
+  w.signalOffset = plan.signalOffset;
+  w.count = task.count;
+  w.alignElems = std::max<size_t>(1, 64 / w.elemSize);
+  w.abortFlag = controlDevice_ + kAbortWord;
+  w.timeoutCycles = timeoutCycles_;
+  w.blockStatus = controlDevice_ + kStatusWords;
+  const int nBlocks = std::clamp(plan.nBlocks, 1, kMaxSymmetricBlocks);
+  if (const char* why = validateSymmetricWork(w, nBlocks))
+    return internalError(std::string("symmetric work for ") + collName(task.coll) + " is invalid: " + why);
+  return launchJoined({static_cast<cudaStream_t>(task.cudaStream)}, collName(task.coll),
+                      [&](cudaStream_t stream) { return launchSymmetric(w, nBlocks, stream); });
 }
 
 // Launches on the communicator's stream after the work already on `users`,

@@ -22,8 +22,9 @@ namespace plait_emu {
 using KernelBinder = std::function<void()> (*)(const void* kernel, void** args);
 
 // Records how to bind `kernel` (idempotent) and returns it as the handle
-// cudaLaunchKernel and cudaFuncGetAttributes take. Thread-safe.
-const void* registerKernel(const void* kernel, KernelBinder bind);
+// cudaLaunchKernel and cudaFuncGetAttributes take. `signature` names its
+// parameter types (kernelsLaunchedTaking). Thread-safe.
+const void* registerKernel(const void* kernel, KernelBinder bind, const char* signature);
 
 template <class... A, size_t... I>
 std::function<void()> bindArgs(void (*kernel)(A...), void** args, std::index_sequence<I...>) {
@@ -38,12 +39,16 @@ std::function<void()> bindKernel(const void* kernel, void** args) {
 
 template <class... A>
 const void* kernelHandle(void (*kernel)(A...)) {
-  return registerKernel(reinterpret_cast<const void*>(kernel), &bindKernel<A...>);
+  return registerKernel(reinterpret_cast<const void*>(kernel), &bindKernel<A...>, __PRETTY_FUNCTION__);
 }
 
 // Kernels cudaLaunchKernel accepted in this process so far (tests use it to
 // tell a kernel launch from work done on the host). Thread-safe.
 uint64_t kernelsLaunched();
+// Of those, the kernels whose parameter list names `typeName` (as the
+// compiler spells it: "plait::SymmetricWork"), so that a test can tell
+// which kind of kernel ran. Thread-safe.
+uint64_t kernelsLaunchedTaking(const char* typeName);
 
 // The current CUDA thread's coordinates (valid inside a kernel only).
 const uint3& currentThreadIdx();

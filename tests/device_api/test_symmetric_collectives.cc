@@ -1,0 +1,317 @@
+// The symmetric kernels (algorithms/device/symmetric_kernel.cu) through the
+// public API, on the emulator: AllReduce, ReduceScatter and AllGather on
+// device buffers inside NCCL_WIN_COLL_SYMMETRIC windows, on 2-4 ranks (one
+// thread driving them in a group, as nccl-tests -g), every type of the sweep
+// and every operator, in and out of place, at offsets inside the windows.
+// Results are checked against tests/api/values.h's independent reference,
+// and the bytes past each output against a guard pattern; each call must
+// have launched the symmetric kernel (the emulator counts launches by
+// parameter type), except where the ring is the rule (float ncclAvg: a
+// PreMulSum, whose scalar a rank applies to its own data only; buffers
+// outside windows). Then what must not hang: a rank that passes a buffer
+// outside its windows while its peers use theirs (their barrier times out,
+// [deadline], run with PLAIT_TIMEOUT=2), and ncclCommAbort ending a kernel
+// whose peer never came.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../api/values.h"
+#include "nccl.h"
+
+#if defined(PLAIT_DEVICE_EMULATION)
+#include "plait_emu/runtime_api.h"
+#endif
+
+using namespace plait_test;
+
+namespace {
+
+// Small parts per thread block, so that a few thousand elements already
+// spread over several blocks (read when the first collective runs).
+const bool kSmallBlocks = [] { return setenv("PLAIT_SYMMETRIC_BLOCK_BYTES", "4096", 0) == 0; }();
+
+constexpr size_t kWindowBytes = 1 << 20;
+constexpr unsigned char kGuard = 0xA5;
+constexpr size_t kGuardBytes = 64;
+
+uint64_t symmetricLaunches() {
+#if defined(PLAIT_DEVICE_EMULATION)
+  return plait_emu::kernelsLaunchedTaking("plait::SymmetricWork");
+#else
+  return 0;
+#endif
+}
+
+int deviceFor(int rank) {
+  int count = 1;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) count = 1;
+  return rank % count;
+}
+
+struct RankBuffers {
+  ncclComm_t comm = nullptr;
+  char* send = nullptr;
+  char* recv = nullptr;
+  ncclWindow_t sendWin = nullptr, recvWin = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+// n ranks on one thread, each with a send and a receive window.
+class Team {
+ public:
+  explicit Team(int n) : ranks_(n) {
+    std::vector<int> devs(n);
+    for (int r = 0; r < n; ++r) devs[r] = deviceFor(r);
+    std::vector<ncclComm_t> comms(n);
+    REQUIRE(ncclCommInitAll(comms.data(), n, devs.data()) == ncclSuccess);
+    for (int r = 0; r < n; ++r) {
+      RankBuffers& b = ranks_[r];
+      b.comm = comms[r];
+      REQUIRE(cudaSetDevice(devs[r]) == cudaSuccess);
+      REQUIRE(ncclMemAlloc(reinterpret_cast<void**>(&b.send), kWindowBytes) == ncclSuccess);
+      REQUIRE(ncclMemAlloc(reinterpret_cast<void**>(&b.recv), kWindowBytes) == ncclSuccess);
+      REQUIRE(cudaStreamCreate(&b.stream) == cudaSuccess);
+    }
+    REQUIRE(ncclGroupStart() == ncclSuccess);
+    for (RankBuffers& b : ranks_) {
+      REQUIRE(ncclCommWindowRegister(b.comm, b.send, kWindowBytes, &b.sendWin, NCCL_WIN_COLL_SYMMETRIC) ==
+              ncclSuccess);
+      REQUIRE(ncclCommWindowRegister(b.comm, b.recv, kWindowBytes, &b.recvWin, NCCL_WIN_COLL_SYMMETRIC) ==
+              ncclSuccess);
+    }
+    REQUIRE(ncclGroupEnd() == ncclSuccess);
+  }
+  ~Team() {
+    for (RankBuffers& b : ranks_) {
+      CHECK(cudaStreamSynchronize(b.stream) == cudaSuccess);
+      if (b.comm != nullptr) {  // an aborted one is gone, its windows with it
+        CHECK(ncclCommWindowDeregister(b.comm, b.sendWin) == ncclSuccess);
+        CHECK(ncclCommWindowDeregister(b.comm, b.recvWin) == ncclSuccess);
+        CHECK(ncclCommDestroy(b.comm) == ncclSuccess);
+      }
+      CHECK(cudaStreamDestroy(b.stream) == cudaSuccess);
+      CHECK(ncclMemFree(b.send) == ncclSuccess);
+      CHECK(ncclMemFree(b.recv) == ncclSuccess);
+    }
+  }
+  RankBuffers& operator[](int r) { return ranks_[r]; }
+  int size() const { return static_cast<int>(ranks_.size()); }
+  void abort(int r) {
+    CHECK(ncclCommAbort(ranks_[r].comm) == ncclSuccess);
+    ranks_[r].comm = nullptr;
+  }
+
+ private:
+  std::vector<RankBuffers> ranks_;
+};
+
+enum class Coll { kAllReduce, kReduceScatter, kAllGather };
+
+const char* collName(Coll c) {
+  return c == Coll::kAllReduce ? "AllReduce" : c == Coll::kReduceScatter ? "ReduceScatter" : "AllGather";
+}
+
+struct Case {
+  Coll coll;
+  ncclDataType_t type;
+  ncclRedOp_t op;
+  size_t count;   // AllReduce: the buffer; the others: one rank's block
+  size_t offset;  // elements into the windows
+  bool inPlace;
+};
+
+std::string describe(const Case& c, int n) {
+  return std::string(collName(c.coll)) + " n=" + std::to_string(n) + " type=" + std::to_string(c.type) +
+         " op=" + std::to_string(c.op) + " count=" + std::to_string(c.count) + " offset=" +
+         std::to_string(c.offset) + (c.inPlace ? " in place" : "");
+}
+
+// Runs one case on every rank of `team` and checks it; returns "" or what
+// was wrong.
+std::string runCase(Team& team, const Case& c) {
+  const int n = team.size();
+  const size_t elem = sizeOf(c.type);
+  const size_t blocks = c.coll == Coll::kAllReduce ? 1 : static_cast<size_t>(n);
+  const size_t sendElems = c.coll == Coll::kReduceScatter ? blocks * c.count : c.count;
+  const size_t recvElems = c.coll == Coll::kAllGather ? blocks * c.count : c.count;
+  const size_t region = (c.inPlace ? std::max(sendElems, recvElems) : recvElems) * elem;
+  std::vector<const char*> sends(n);
+  std::vector<char*> recvs(n);
+  for (int r = 0; r < n; ++r) {
+    RankBuffers& b = team[r];
+    char* base = b.recv + c.offset * elem;
+    std::vector<unsigned char> guard(region + kGuardBytes, kGuard);
+    if (cudaMemcpy(base, guard.data(), guard.size(), cudaMemcpyHostToDevice) != cudaSuccess) return "cudaMemcpy";
+    const size_t mine = static_cast<size_t>(r) * c.count * elem;
+    sends[r] = !c.inPlace ? b.send + c.offset * elem : c.coll == Coll::kAllGather ? base + mine : base;
+    recvs[r] = c.inPlace && c.coll == Coll::kReduceScatter ? base + mine : base;
+    std::vector<char> input(sendElems * elem);
+    for (size_t i = 0; i < sendElems; ++i) store(input.data(), i, c.type, inputValue(c.type, c.op, r, i));
+    if (cudaMemcpy(const_cast<char*>(sends[r]), input.data(), input.size(), cudaMemcpyHostToDevice) != cudaSuccess)
+      return "cudaMemcpy";
+  }
+  const uint64_t before = symmetricLaunches();
+  if (ncclGroupStart() != ncclSuccess) return "ncclGroupStart";
+  for (int r = 0; r < n; ++r) {
+    RankBuffers& b = team[r];
+    ncclResult_t res = ncclSuccess;
+    switch (c.coll) {
+      case Coll::kAllReduce: res = ncclAllReduce(sends[r], recvs[r], c.count, c.type, c.op, b.comm, b.stream); break;
+      case Coll::kReduceScatter:
+        res = ncclReduceScatter(sends[r], recvs[r], c.count, c.type, c.op, b.comm, b.stream);
+        break;
+      case Coll::kAllGather: res = ncclAllGather(sends[r], recvs[r], c.count, c.type, b.comm, b.stream); break;
+    }
+    if (res != ncclSuccess) return std::string("rank ") + std::to_string(r) + ": " + ncclGetLastError(b.comm);
+  }
+  if (ncclGroupEnd() != ncclSuccess) return std::string("ncclGroupEnd: ") + ncclGetLastError(nullptr);
+  for (int r = 0; r < n; ++r) {
+    if (cudaStreamSynchronize(team[r].stream) != cudaSuccess) return "cudaStreamSynchronize";
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(team[r].comm, &async) != ncclSuccess || async != ncclSuccess)
+      return "rank " + std::to_string(r) + ": " + ncclGetLastError(team[r].comm);
+  }
+#if defined(PLAIT_DEVICE_EMULATION)
+  const bool ring = c.coll != Coll::kAllGather && c.op == ncclAvg && isFloat(c.type);
+  const uint64_t launched = symmetricLaunches() - before;
+  if (launched != (ring ? 0u : static_cast<uint64_t>(n)))
+    return std::to_string(launched) + " symmetric kernels launched, expected " + (ring ? "none" : std::to_string(n));
+#else
+  (void)before;
+#endif
+  for (int r = 0; r < n; ++r) {
+    std::vector<char> out(recvElems * elem + kGuardBytes);
+    if (cudaMemcpy(out.data(), recvs[r], out.size(), cudaMemcpyDeviceToHost) != cudaSuccess) return "cudaMemcpy";
+    for (size_t i = 0; i < recvElems; ++i) {
+      double want = 0;
+      if (c.coll == Coll::kAllGather) {
+        std::vector<char> one(elem);
+        store(one.data(), 0, c.type, inputValue(c.type, c.op, static_cast<int>(i / c.count), i % c.count));
+        want = load(one.data(), 0, c.type);
+      } else {
+        const size_t at = c.coll == Coll::kReduceScatter ? static_cast<size_t>(r) * c.count + i : i;
+        want = expectedValue(c.type, c.op, n, at);
+      }
+      const double got = load(out.data(), i, c.type);
+      if (std::fabs(got - want) > tolerance(c.type, c.op, n, want))
+        return "rank " + std::to_string(r) + " element " + std::to_string(i) + ": " + std::to_string(got) +
+               ", expected " + std::to_string(want);
+    }
+    // Past the output: the guard, unless in place where the input lies there.
+    const size_t after = recvElems * elem;
+    const bool inputAfter = c.inPlace && c.coll == Coll::kReduceScatter && r < n - 1;
+    for (size_t k = 0; k < kGuardBytes && !inputAfter; ++k)
+      if (static_cast<unsigned char>(out[after + k]) != kGuard)
+        return "rank " + std::to_string(r) + ": byte " + std::to_string(k) + " past the output was overwritten";
+  }
+  return "";
+}
+
+std::vector<int> rankCounts() { return quickSweep() ? std::vector<int>{2, 4} : std::vector<int>{2, 3, 4}; }
+
+}  // namespace
+
+TEST_CASE("Symmetric AllReduce, ReduceScatter and AllGather on window buffers", "[symmetric][emu]") {
+  (void)kSmallBlocks;
+  const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
+  for (int n : rankCounts()) {
+    Team team(n);
+    for (ncclDataType_t t : sweepTypes()) {
+      std::vector<Case> cases;
+      for (ncclRedOp_t op : ops) {
+        cases.push_back({Coll::kAllReduce, t, op, 5003, 3, false});
+        cases.push_back({Coll::kReduceScatter, t, op, 1501, 1, false});
+      }
+      cases.push_back({Coll::kAllReduce, t, ncclSum, 1, 0, true});
+      cases.push_back({Coll::kAllReduce, t, ncclSum, 4099, 0, true});
+      cases.push_back({Coll::kReduceScatter, t, ncclMax, 777, 5, true});
+      cases.push_back({Coll::kAllGather, t, ncclSum, 2001, 1, false});
+      cases.push_back({Coll::kAllGather, t, ncclSum, 64, 0, true});
+      for (const Case& c : cases) {
+        const std::string wrong = runCase(team, c);
+        if (!wrong.empty()) FAIL_CHECK(describe(c, n) << ": " << wrong);
+      }
+    }
+  }
+}
+
+TEST_CASE("Buffers outside windows run the ring, with the same results", "[symmetric][emu]") {
+  Team team(2);
+  void* plain[2] = {};
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(cudaSetDevice(deviceFor(r)) == cudaSuccess);
+    REQUIRE(cudaMalloc(&plain[r], 4096 * sizeof(float)) == cudaSuccess);
+    std::vector<float> in(4096, static_cast<float>(r + 1));
+    REQUIRE(cudaMemcpy(plain[r], in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  const uint64_t before = symmetricLaunches();
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    REQUIRE(ncclAllReduce(plain[r], plain[r], 4096, ncclFloat32, ncclSum, team[r].comm, team[r].stream) ==
+            ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(cudaStreamSynchronize(team[r].stream) == cudaSuccess);
+    std::vector<float> out(4096);
+    REQUIRE(cudaMemcpy(out.data(), plain[r], out.size() * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(out.front() == 3.0f);
+    CHECK(out.back() == 3.0f);
+    CHECK(cudaFree(plain[r]) == cudaSuccess);
+  }
+  CHECK(symmetricLaunches() == before);
+}
+
+// Rank 1 waits on a peer that never launches; ncclCommAbort must end its
+// kernel long before any deadline (PLAIT_TIMEOUT is the default here).
+TEST_CASE("ncclCommAbort ends a symmetric kernel whose peer never came", "[symmetric][emu]") {
+  Team team(2);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(ncclAllReduce(team[1].send, team[1].recv, 8192, ncclFloat32, ncclSum, team[1].comm, team[1].stream) ==
+          ncclSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(cudaStreamQuery(team[1].stream) == cudaErrorNotReady);  // still waiting at its barrier
+  team.abort(1);
+  CHECK(cudaStreamSynchronize(team[1].stream) == cudaSuccess);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+  team.abort(0);
+}
+
+// Run with PLAIT_TIMEOUT=2: rank 0 passes a receive buffer outside its
+// windows and runs the ring while rank 1 runs the symmetric kernel; both
+// give up at their deadlines with errors that say why, and nothing hangs.
+TEST_CASE("A rank without windows against ranks with them: both time out and say why", "[symmetric][deadline]") {
+  Team team(2);
+  void* plain = nullptr;
+  REQUIRE(cudaSetDevice(deviceFor(0)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&plain, 8192 * sizeof(float)) == cudaSuccess);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(ncclAllReduce(team[0].send, plain, 8192, ncclFloat32, ncclSum, team[0].comm, team[0].stream) ==
+          ncclSuccess);
+  REQUIRE(ncclAllReduce(team[1].send, team[1].recv, 8192, ncclFloat32, ncclSum, team[1].comm, team[1].stream) ==
+          ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    ncclResult_t async = ncclSuccess;
+    while (async == ncclSuccess && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+      REQUIRE(ncclCommGetAsyncError(team[r].comm, &async) == ncclSuccess);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(async == ncclRemoteError);
+    const std::string why = ncclGetLastError(team[r].comm);
+    INFO("rank " << r << ": " << why);
+    CHECK(why.find("timed out") != std::string::npos);
+    if (r == 1) CHECK(why.find("symmetric kernel's barrier") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+  for (int r = 0; r < 2; ++r) {
+    team.abort(r);
+    CHECK(cudaStreamSynchronize(team[r].stream) == cudaSuccess);
+  }
+  CHECK(cudaFree(plain) == cudaSuccess);
+}
