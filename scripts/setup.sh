@@ -3,7 +3,7 @@
 # packages (run as root on Debian 12). Safe to run again.
 set -euo pipefail
 PACKAGES=(
-  build-essential cmake pkg-config            # toolchain
+  build-essential cmake ninja-build pkg-config  # toolchain
   catch2 libbenchmark-dev                     # tests, microbenchmarks
   libpugixml-dev nlohmann-json3-dev libcli11-dev  # topology XML, tools' JSON and flags
   libhwloc-dev libucx-dev libibverbs-dev      # topology detection, network transports
