@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "algorithms/device/symmetric_work.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "core/comm.h"
@@ -58,7 +59,8 @@ Status Communicator::ensureSymmetric() {
 }
 
 std::optional<SymmetricPlan> Communicator::symmetricPlan(const Task& task) const {
-  if (!symmetric_ || !symmetric_->signalOffset() || lsaSize_ != nranks_ || kSymmetricEnable.get() == 0)
+  if (!symmetric_ || !symmetric_->signalOffset() || lsaSize_ != nranks_ || nranks_ > kMaxSymmetricRanks ||
+      kSymmetricEnable.get() == 0)
     return std::nullopt;
   const bool reduces = task.coll == CollType::kAllReduce || task.coll == CollType::kReduceScatter;
   if (!reduces && task.coll != CollType::kAllGather) return std::nullopt;

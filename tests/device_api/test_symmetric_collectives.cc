@@ -11,11 +11,12 @@
 // outside windows). Then what must not hang: a rank that passes a buffer
 // outside its windows while its peers use theirs (their barrier times out,
 // [deadline], run with PLAIT_TIMEOUT=2), and ncclCommAbort ending a kernel
-// whose peer never came.
+// whose peer never came. Built for a GPU too (test_symmetric_collectives_gpu,
+// run by scripts/gpu_check.sh; there the launch counts are not checked).
 #include <catch2/catch.hpp>
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
