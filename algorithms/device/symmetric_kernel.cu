@@ -100,7 +100,7 @@ __device__ bool barrier(const SymmetricWork& w, SymmetricShared* shared, uint64_
   return false;
 }
 
-// dst(d) <- post(reduce over q of src(q)) for d < nDsts: the sources are
+// dst(d) <- post(reduce over q of pre(src(q))) for d < nDsts: the sources are
 // src0 + q·stride (q < nSrcs, reduced in q order), the destinations
 // dst0 + d·stride. All share their offset modulo 16 (the stride is a
 // multiple of 4 GiB), so the bulk moves as 16-byte vectors when src0 and
@@ -122,14 +122,18 @@ __device__ __noinline__ void reduceStrided(const Fn& fn, const char* src0, int n
     nVec = (count - head) / kPerVec;
   }
   const size_t vecEnd = head + nVec * kPerVec;
+  auto pre = [&](typename Fn::Acc x) {
+    if constexpr (Fn::kHasPreOp) x = fn.preOp(x);
+    return x;
+  };
   auto finish = [&](typename Fn::Acc x) {
     if (Fn::kHasPostOp) x = fn.postOp(x);
     return Traits::storeBits(x);
   };
   auto one = [&](size_t i) {
-    typename Fn::Acc acc = Traits::loadBits(loadCg(reinterpret_cast<const S*>(src0) + i));
+    typename Fn::Acc acc = pre(Traits::loadBits(loadCg(reinterpret_cast<const S*>(src0) + i)));
     for (int q = 1; q < nSrcs; ++q)
-      acc = fn.reduce(acc, Traits::loadBits(loadCg(reinterpret_cast<const S*>(src0 + q * stride) + i)));
+      acc = fn.reduce(acc, pre(Traits::loadBits(loadCg(reinterpret_cast<const S*>(src0 + q * stride) + i))));
     const S r = finish(acc);
     for (int d = 0; d < nDsts; ++d) reinterpret_cast<S*>(dst0 + d * stride)[i] = r;
   };
@@ -144,7 +148,7 @@ __device__ __noinline__ void reduceStrided(const Fn& fn, const char* src0, int n
       Vec a;
       a.v = __ldcg(reinterpret_cast<const uint4*>(src0 + head * sizeof(S)) + i + u * nThreads);
 #pragma unroll
-      for (size_t e = 0; e < kPerVec; ++e) acc[u][e] = Traits::loadBits(a.e[e]);
+      for (size_t e = 0; e < kPerVec; ++e) acc[u][e] = pre(Traits::loadBits(a.e[e]));
     }
     for (int q = 1; q < nSrcs; ++q) {
       const uint4* s = reinterpret_cast<const uint4*>(src0 + q * stride + head * sizeof(S));
@@ -154,7 +158,7 @@ __device__ __noinline__ void reduceStrided(const Fn& fn, const char* src0, int n
 #pragma unroll
       for (int u = 0; u < kN; ++u)
 #pragma unroll
-        for (size_t e = 0; e < kPerVec; ++e) acc[u][e] = fn.reduce(acc[u][e], Traits::loadBits(b[u].e[e]));
+        for (size_t e = 0; e < kPerVec; ++e) acc[u][e] = fn.reduce(acc[u][e], pre(Traits::loadBits(b[u].e[e])));
     }
 #pragma unroll
     for (int u = 0; u < kN; ++u) {
@@ -223,7 +227,7 @@ __global__ void __launch_bounds__(kDeviceThreads) symmetricReduceKernel(const __
     case RedOpKind::kMax: reduceCollective<FuncMax<T>>(work, &shared); break;
     case RedOpKind::kMin: reduceCollective<FuncMin<T>>(work, &shared); break;
     case RedOpKind::kSumPostDiv: reduceCollective<FuncSumPostDiv<T>>(work, &shared); break;
-    case RedOpKind::kPreMulSum: break;  // refused by validateSymmetricWork
+    case RedOpKind::kPreMulSum: reduceCollective<FuncPreMulSum<T>>(work, &shared); break;  // ncclAvg
   }
 }
 

@@ -56,7 +56,7 @@ struct SymmetricWork {
   DeviceColl coll = DeviceColl::kAllReduce;  // kAllReduce, kAllGather or kReduceScatter
   ncclDataType_t type = ncclFloat32;
   size_t elemSize = 4;
-  RedOp op;                  // resolved; not PreMulSum (a rank cannot apply its peers' scalars)
+  RedOp op;                  // resolved; PreMulSum only where every rank has the same scalar (ncclAvg)
   char* flat = nullptr;      // the flat range: rank q's copies at flat + q·stride
   uint64_t stride = 0;
   int nranks = 1;            // the LSA team: the whole communicator
@@ -80,7 +80,6 @@ PLAIT_HOST_DEVICE inline const char* validateSymmetricWork(const SymmetricWork& 
   if (w.nranks < 1 || w.nranks > kMaxSymmetricRanks || w.rank < 0 || w.rank >= w.nranks) return "rank out of range";
   if (w.flat == nullptr || w.stride == 0) return "no flat range";
   if (w.elemSize == 0 || w.alignElems == 0) return "element size";
-  if (w.op.kind == RedOpKind::kPreMulSum && w.coll != DeviceColl::kAllGather) return "PreMulSum";
   if (w.signalOffset % 8 != 0) return "misaligned signal window";
   return nullptr;
 }

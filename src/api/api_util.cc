@@ -134,6 +134,7 @@ Status placeTask(ncclComm_t comm, const std::vector<UsedBuffer>& used, cudaStrea
 
 Status resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t type, Task* task) {
   const int opValue = static_cast<int>(op);
+  task->ncclOp = op;
   if (opValue >= 0 && opValue < ncclNumOps) {
     if (!makeRedOp(type, opValue, comm->nranks, &task->op))
       return invalidArgument("op " + std::to_string(opValue) + " cannot be applied to " + typeName(type));

@@ -64,7 +64,9 @@ std::optional<SymmetricPlan> Communicator::symmetricPlan(const Task& task) const
     return std::nullopt;
   const bool reduces = task.coll == CollType::kAllReduce || task.coll == CollType::kReduceScatter;
   if (!reduces && task.coll != CollType::kAllGather) return std::nullopt;
-  if (reduces && task.op.kind == RedOpKind::kPreMulSum) return std::nullopt;  // a rank has only its own scalar
+  // A rank applies its own PreMulSum scalar to every rank's data: right for
+  // ncclAvg (1/n everywhere), not for a user's ncclRedOpCreatePreMulSum.
+  if (reduces && task.op.kind == RedOpKind::kPreMulSum && task.ncclOp != ncclAvg) return std::nullopt;
   const size_t bytes = task.count * typeSize(task.type);
   const size_t whole = task.coll == CollType::kAllReduce ? bytes : bytes * static_cast<size_t>(nranks_);
   if (kSymmetricMaxBytes.get() > 0 && whole > static_cast<size_t>(kSymmetricMaxBytes.get())) return std::nullopt;

@@ -38,7 +38,7 @@ struct Task {
   void* recvbuff = nullptr;
   size_t count = 0;  // elements, as the API defines it for this collective
   ncclDataType_t type = ncclFloat32;
-  ncclRedOp_t ncclOp = ncclSum;
+  ncclRedOp_t ncclOp = ncclSum;  // as the caller passed it (a user op's handle included)
   RedOp op;          // resolved reduction (Avg and PreMulSum made concrete)
   int root = 0;      // Broadcast, Reduce, Gather, Scatter
   int peer = -1;     // Send, Recv

@@ -6,9 +6,8 @@
 // Results are checked against tests/api/values.h's independent reference,
 // and the bytes past each output against a guard pattern; each call must
 // have launched the symmetric kernel (the emulator counts launches by
-// parameter type), except where the ring is the rule (float ncclAvg: a
-// PreMulSum, whose scalar a rank applies to its own data only; buffers
-// outside windows). Then what must not hang: a rank that passes a buffer
+// parameter type); buffers outside windows and a user's PreMulSum (whose
+// scalar may differ per rank) must run the ring. Then what must not hang: a rank that passes a buffer
 // outside its windows while its peers use theirs (their barrier times out,
 // [deadline], run with PLAIT_TIMEOUT=2), and ncclCommAbort ending a kernel
 // whose peer never came. Built for a GPU too (test_symmetric_collectives_gpu,
@@ -180,10 +179,9 @@ std::string runCase(Team& team, const Case& c) {
       return "rank " + std::to_string(r) + ": " + ncclGetLastError(team[r].comm);
   }
 #if defined(PLAIT_DEVICE_EMULATION)
-  const bool ring = c.coll != Coll::kAllGather && c.op == ncclAvg && isFloat(c.type);
   const uint64_t launched = symmetricLaunches() - before;
-  if (launched != (ring ? 0u : static_cast<uint64_t>(n)))
-    return std::to_string(launched) + " symmetric kernels launched, expected " + (ring ? "none" : std::to_string(n));
+  if (launched != static_cast<uint64_t>(n))
+    return std::to_string(launched) + " symmetric kernels launched, expected " + std::to_string(n);
 #else
   (void)before;
 #endif
@@ -265,6 +263,35 @@ TEST_CASE("Buffers outside windows run the ring, with the same results", "[symme
     CHECK(out.front() == 3.0f);
     CHECK(out.back() == 3.0f);
     CHECK(cudaFree(plain[r]) == cudaSuccess);
+  }
+  CHECK(symmetricLaunches() == before);
+}
+
+// A user's PreMulSum may scale each rank's data by its own scalar, which a
+// symmetric kernel (one rank reducing everyone's data) cannot apply: the ring.
+TEST_CASE("A user's PreMulSum on window buffers runs the ring, each rank's own scalar", "[symmetric][emu]") {
+  Team team(2);
+  const float scalars[2] = {2.0f, 3.0f};
+  ncclRedOp_t ops[2];
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(ncclRedOpCreatePreMulSum(&ops[r], const_cast<float*>(&scalars[r]), ncclFloat32, ncclScalarHostImmediate,
+                                     team[r].comm) == ncclSuccess);
+    std::vector<float> in(1000, static_cast<float>(r + 1));
+    REQUIRE(cudaMemcpy(team[r].send, in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  const uint64_t before = symmetricLaunches();
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    REQUIRE(ncclAllReduce(team[r].send, team[r].recv, 1000, ncclFloat32, ops[r], team[r].comm, team[r].stream) ==
+            ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(cudaStreamSynchronize(team[r].stream) == cudaSuccess);
+    std::vector<float> out(1000);
+    REQUIRE(cudaMemcpy(out.data(), team[r].recv, out.size() * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(out.front() == 2.0f * 1 + 3.0f * 2);
+    CHECK(out.back() == 2.0f * 1 + 3.0f * 2);
+    CHECK(ncclRedOpDestroy(ops[r], team[r].comm) == ncclSuccess);
   }
   CHECK(symmetricLaunches() == before);
 }
