@@ -320,19 +320,24 @@ Status SymmetricSpace::createSignals() {
   if (signalOffset_) return Status::ok();
   if (!refusal_.empty()) return invalidUsage(refusal_);
   const size_t bytes = alignUp(symmetricSignalBytes(lsaSize_), kResourceUnit);
+  PLAIT_ASSIGN_OR_RETURN(void* window, internalWindow(bytes, "the symmetric collectives' signals"));
+  signalOffset_ = windows_.at(window)->flatOffset;
+  return Status::ok();
+}
+
+Result<void*> SymmetricSpace::internalWindow(size_t bytes, const char* what) {
   void* allocation = nullptr;
   Status local;
   if (Result<void*> a = memory_->allocateZeroed(bytes); a.isOk()) allocation = *a;
   else local = a.status();
-  PLAIT_RETURN_IF_ERROR(agree(local, "allocating the symmetric collectives' signals"));
+  PLAIT_RETURN_IF_ERROR(agree(local, (std::string("allocating ") + what).c_str()));
   Result<void*> window = registerWindow(allocation, bytes, nullptr);
   if (!window.isOk()) {
     (void)memory_->release(allocation);
     return window.status();
   }
-  devComms_[*window] = allocation;  // released with the space, as a device communicator's
-  signalOffset_ = windows_.at(*window)->flatOffset;
-  return Status::ok();
+  devComms_[*window] = allocation;  // released by destroyDevComm or with the space
+  return *window;
 }
 
 Status SymmetricSpace::createDevComm(const ncclDevCommRequirements& reqs, ncclDevComm* out) {
@@ -357,17 +362,7 @@ Status SymmetricSpace::createDevComm(const ncclDevCommRequirements& reqs, ncclDe
     bytes += r->bufferSize;
   }
   bytes = alignUp(std::max(bytes, kResourceUnit), kResourceUnit);
-  void* allocation = nullptr;
-  Status local;
-  if (Result<void*> a = memory_->allocateZeroed(bytes); a.isOk()) allocation = *a;
-  else local = a.status();
-  PLAIT_RETURN_IF_ERROR(agree(local, "allocating a device communicator's resources"));
-  Result<void*> window = registerWindow(allocation, bytes, nullptr);
-  if (!window.isOk()) {
-    (void)memory_->release(allocation);
-    return window.status();
-  }
-  devComms_[*window] = allocation;
+  PLAIT_ASSIGN_OR_RETURN(void* window, internalWindow(bytes, "a device communicator's resources"));
   for (auto& [handle, unit] : handles)
     if (handle != nullptr) *handle = static_cast<ncclDevResourceHandle_t>(unit);
   std::memset(static_cast<void*>(out), 0, sizeof *out);
@@ -378,8 +373,8 @@ Status SymmetricSpace::createDevComm(const ncclDevCommRequirements& reqs, ncclDe
   out->lsaSize = lsaSize_;
   out->lsaSize_rcp32 = reciprocal32(static_cast<uint32_t>(lsaSize_));
   out->windowTable = nullptr;  // ncclFindWindow: not provided (see docs/ARCHITECTURE.md)
-  out->resourceWindow = static_cast<ncclWindow_t>(*window);
-  out->resourceWindow_inlined = windows_.at(*window)->view;
+  out->resourceWindow = static_cast<ncclWindow_t>(window);
+  out->resourceWindow_inlined = windows_.at(window)->view;
   out->lsaMultimem.mcBasePtr = nullptr;
   out->lsaBarrier.bufHandle = 0;
   out->lsaBarrier.nBarriers = nBarriers;

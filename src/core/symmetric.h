@@ -123,6 +123,9 @@ class SymmetricSpace {
   Deadline stepDeadline() const;
   // First offset of `bytes` free in the flat share (granularity-aligned).
   size_t firstFit(size_t bytes) const;
+  // Collective: a zeroed VMM allocation of `bytes` registered as a window
+  // (its handle; released with the space or by destroyDevComm).
+  Result<void*> internalWindow(size_t bytes, const char* what);
   // Maps every LSA rank's allocation at `offset` (fds exchanged under `tag`).
   Status mapTeam(const std::vector<DeviceRangeExport>& team, int ownFd, size_t offset, uint64_t tag, Memory* memory);
   void unmapAll(Memory* memory);
