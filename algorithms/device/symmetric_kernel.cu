@@ -207,8 +207,8 @@ __device__ void reduceCollective(const SymmetricWork& w, SymmetricShared* shared
     blockPart(s1 - s0, w.alignElems, &begin, &end);
     begin += s0;
     end += s0;
-    reduceStrided(fn, rankCopy(w, 0, w.sendOffset + begin * elem), w.nranks, rankCopy(w, 0, w.recvOffset + begin * elem),
-                  w.nranks, w.stride, end - begin);
+    reduceStrided(fn, rankCopy(w, 0, w.sendOffset + begin * elem), w.nranks,
+                  rankCopy(w, 0, w.recvOffset + begin * elem), w.nranks, w.stride, end - begin);
   } else {  // ReduceScatter: block `rank` of every send copy into this rank's receive buffer
     blockPart(w.count, w.alignElems, &begin, &end);
     const uint64_t from = w.sendOffset + (static_cast<uint64_t>(w.rank) * w.count + begin) * elem;
@@ -254,7 +254,8 @@ const void* reduceKernelOf() {
 }  // namespace device
 
 const void* symmetricKernelFor(DeviceColl coll, ncclDataType_t type) {
-  if (coll == DeviceColl::kAllGather) return isValidType(type) ? PLAIT_KERNEL_HANDLE(device::symmetricGatherKernel) : nullptr;
+  if (coll == DeviceColl::kAllGather)
+    return isValidType(type) ? PLAIT_KERNEL_HANDLE(device::symmetricGatherKernel) : nullptr;
   if (coll != DeviceColl::kAllReduce && coll != DeviceColl::kReduceScatter) return nullptr;
   switch (type) {
     case ncclInt8: return device::reduceKernelOf<ncclInt8>();
