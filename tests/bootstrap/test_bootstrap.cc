@@ -1,7 +1,10 @@
 // Bootstrap: unique ids, the rendezvous, ring allGather / barrier and tagged
 // point-to-point with ranks as threads; failure paths (missing, duplicate
 // and disagreeing ranks, abort, a peer that dies, a forked rank that exits).
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -141,12 +144,30 @@ int64_t msSince(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
 }
 
-// A free loopback port (bound then released).
-uint16_t freePort() {
-  auto l = net::Socket::listen(net::SocketAddress::loopback(AF_INET, 0), 1);
-  REQUIRE(l.isOk());
-  return l->localAddress().port();
-}
+// A loopback port reserved for a bootstrap root: bound with SO_REUSEADDR but
+// never listening, and held while the test runs, so the root (which sets
+// SO_REUSEADDR too) binds it while no other socket can take it (plait-run
+// does the same; a port merely released could be taken before the root bound it).
+struct ReservedPort {
+  int fd = -1;
+  uint16_t port = 0;
+  ReservedPort() {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    int one = 1;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    REQUIRE(::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    port = ntohs(addr.sin_port);
+  }
+  ~ReservedPort() { ::close(fd); }
+  ReservedPort(const ReservedPort&) = delete;
+  ReservedPort& operator=(const ReservedPort&) = delete;
+};
 
 }  // namespace
 
@@ -239,7 +260,8 @@ TEST_CASE("Several bootstraps run concurrently and in sequence in one process", 
 }
 
 TEST_CASE("NCCL_COMM_ID: every process computes the same id; rank 0 hosts the root", "[bootstrap]") {
-  std::string where = "127.0.0.1:" + std::to_string(freePort());
+  const ReservedPort reserved;
+  std::string where = "127.0.0.1:" + std::to_string(reserved.port);
   setenv("NCCL_COMM_ID", where.c_str(), 1);
   config::resetAll();
   ncclUniqueId id1 = makeId(), id2 = makeId();
