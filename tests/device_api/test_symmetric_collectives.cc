@@ -296,6 +296,51 @@ TEST_CASE("A user's PreMulSum on window buffers runs the ring, each rank's own s
   CHECK(symmetricLaunches() == before);
 }
 
+// The barriers count launches in device memory, not in the kernel's
+// parameters: a captured AllReduce replays in step (in place: 1 + 2 = 3,
+// then 6, then 12 on both ranks). One thread captures both ranks in turn
+// (capturing runs nothing) and launches the graphs; no other thread touches
+// CUDA's legacy stream meanwhile, which a capture of a blocking stream
+// forbids (cudaErrorStreamCaptureImplicit on a GPU; the emulator does not
+// model it).
+TEST_CASE("A symmetric AllReduce captured into a CUDA graph replays", "[symmetric][emu]") {
+  Team team(2);
+  constexpr size_t kN = 3000;
+  cudaGraph_t graphs[2] = {};
+  cudaGraphExec_t execs[2] = {};
+  for (int r = 0; r < 2; ++r) {
+    std::vector<float> host(kN, 1.0f + r);
+    REQUIRE(cudaSetDevice(deviceFor(r)) == cudaSuccess);
+    REQUIRE(cudaMemcpy(team[r].recv, host.data(), kN * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  const uint64_t before = symmetricLaunches();
+  for (int r = 0; r < 2; ++r) {
+    RankBuffers& b = team[r];
+    REQUIRE(cudaSetDevice(deviceFor(r)) == cudaSuccess);
+    REQUIRE(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    CHECK(ncclAllReduce(b.recv, b.recv, kN, ncclFloat32, ncclSum, b.comm, b.stream) == ncclSuccess);
+    REQUIRE(cudaStreamEndCapture(b.stream, &graphs[r]) == cudaSuccess);
+    REQUIRE(cudaGraphInstantiate(&execs[r], graphs[r], 0) == cudaSuccess);
+  }
+#if defined(PLAIT_DEVICE_EMULATION)
+  CHECK(symmetricLaunches() - before == 2);  // captured once per rank; replays are the graph's
+#else
+  (void)before;
+#endif
+  for (int replay = 0; replay < 3; ++replay)
+    for (int r = 0; r < 2; ++r) REQUIRE(cudaGraphLaunch(execs[r], team[r].stream) == cudaSuccess);
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(cudaStreamSynchronize(team[r].stream) == cudaSuccess);
+    std::vector<float> host(kN);
+    REQUIRE(cudaMemcpy(host.data(), team[r].recv, kN * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    size_t wrong = 0;
+    for (float v : host) wrong += v != 12.0f;
+    CHECK(wrong == 0);
+    CHECK(cudaGraphExecDestroy(execs[r]) == cudaSuccess);
+    CHECK(cudaGraphDestroy(graphs[r]) == cudaSuccess);
+  }
+}
+
 // Rank 1 waits on a peer that never launches; ncclCommAbort must end its
 // kernel long before any deadline (PLAIT_TIMEOUT is the default here).
 TEST_CASE("ncclCommAbort ends a symmetric kernel whose peer never came", "[symmetric][emu]") {
