@@ -113,6 +113,10 @@ SymmetricSpace::~SymmetricSpace() {
     if (Status s = memory_->release(allocation); !s.isOk())
       PLAIT_WARN(kAlloc, "rank %d: freeing a device communicator's resources: %s", rank_, s.message().c_str());
   }
+  if (signals_.second != nullptr) {
+    if (Status s = memory_->release(signals_.second); !s.isOk())
+      PLAIT_WARN(kAlloc, "rank %d: freeing the symmetric collectives' signals: %s", rank_, s.message().c_str());
+  }
   if (flat_ != nullptr) memory_->unreserve(flat_, static_cast<size_t>(lsaSize_) * stride_);
 }
 
@@ -320,12 +324,12 @@ Status SymmetricSpace::createSignals() {
   if (signalOffset_) return Status::ok();
   if (!refusal_.empty()) return invalidUsage(refusal_);
   const size_t bytes = alignUp(symmetricSignalBytes(lsaSize_), kResourceUnit);
-  PLAIT_ASSIGN_OR_RETURN(void* window, internalWindow(bytes, "the symmetric collectives' signals"));
-  signalOffset_ = windows_.at(window)->flatOffset;
+  PLAIT_ASSIGN_OR_RETURN(signals_, internalWindow(bytes, "the symmetric collectives' signals"));
+  signalOffset_ = windows_.at(signals_.first)->flatOffset;
   return Status::ok();
 }
 
-Result<void*> SymmetricSpace::internalWindow(size_t bytes, const char* what) {
+Result<std::pair<void*, void*>> SymmetricSpace::internalWindow(size_t bytes, const char* what) {
   void* allocation = nullptr;
   Status local;
   if (Result<void*> a = memory_->allocateZeroed(bytes); a.isOk()) allocation = *a;
@@ -336,8 +340,7 @@ Result<void*> SymmetricSpace::internalWindow(size_t bytes, const char* what) {
     (void)memory_->release(allocation);
     return window.status();
   }
-  devComms_[*window] = allocation;  // released by destroyDevComm or with the space
-  return *window;
+  return std::make_pair(*window, allocation);
 }
 
 Status SymmetricSpace::createDevComm(const ncclDevCommRequirements& reqs, ncclDevComm* out) {
@@ -362,7 +365,9 @@ Status SymmetricSpace::createDevComm(const ncclDevCommRequirements& reqs, ncclDe
     bytes += r->bufferSize;
   }
   bytes = alignUp(std::max(bytes, kResourceUnit), kResourceUnit);
-  PLAIT_ASSIGN_OR_RETURN(void* window, internalWindow(bytes, "a device communicator's resources"));
+  PLAIT_ASSIGN_OR_RETURN(auto made, internalWindow(bytes, "a device communicator's resources"));
+  void* window = made.first;
+  devComms_[window] = made.second;
   for (auto& [handle, unit] : handles)
     if (handle != nullptr) *handle = static_cast<ncclDevResourceHandle_t>(unit);
   std::memset(static_cast<void*>(out), 0, sizeof *out);

@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/bootstrap.h"
@@ -123,9 +124,9 @@ class SymmetricSpace {
   Deadline stepDeadline() const;
   // First offset of `bytes` free in the flat share (granularity-aligned).
   size_t firstFit(size_t bytes) const;
-  // Collective: a zeroed VMM allocation of `bytes` registered as a window
-  // (its handle; released with the space or by destroyDevComm).
-  Result<void*> internalWindow(size_t bytes, const char* what);
+  // Collective: a zeroed VMM allocation of `bytes` registered as a window:
+  // (the window's handle, the allocation), which the caller keeps to free.
+  Result<std::pair<void*, void*>> internalWindow(size_t bytes, const char* what);
   // Maps every LSA rank's allocation at `offset` (fds exchanged under `tag`).
   Status mapTeam(const std::vector<DeviceRangeExport>& team, int ownFd, size_t offset, uint64_t tag, Memory* memory);
   void unmapAll(Memory* memory);
@@ -147,7 +148,8 @@ class SymmetricSpace {
   std::map<size_t, size_t> used_;             // offset -> extent, in each rank's share
   std::map<uintptr_t, Memory> memories_;      // by the allocation's base in this process
   std::map<void*, std::unique_ptr<Window>> windows_;  // by the device ncclWindow_vidmem (winHost: the record)
-  std::map<void*, void*> devComms_;           // resource window -> its allocation (the signal window too)
+  std::map<void*, void*> devComms_;           // resource window -> its allocation
+  std::pair<void*, void*> signals_{};         // the signal window and its allocation (never a user's handle)
   std::map<uintptr_t, Window*> byBegin_;      // windows by the start of their range (flatOffset)
   std::optional<size_t> signalOffset_;        // the signal window's flat offset, once created
 };
