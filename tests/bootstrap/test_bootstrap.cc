@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "../reserved_port.h"
 #include "base/config.h"
 #include "core/bootstrap.h"
 
@@ -144,31 +145,6 @@ int64_t msSince(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
 }
 
-// A loopback port reserved for a bootstrap root: bound with SO_REUSEADDR but
-// never listening, and held while the test runs, so the root (which sets
-// SO_REUSEADDR too) binds it while no other socket can take it (plait-run
-// does the same; a port merely released could be taken before the root bound it).
-struct ReservedPort {
-  int fd = -1;
-  uint16_t port = 0;
-  ReservedPort() {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0);
-    int one = 1;
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    REQUIRE(::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0);
-    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    port = ntohs(addr.sin_port);
-  }
-  ~ReservedPort() { ::close(fd); }
-  ReservedPort(const ReservedPort&) = delete;
-  ReservedPort& operator=(const ReservedPort&) = delete;
-};
-
 }  // namespace
 
 TEST_CASE("Unique ids round-trip and foreign ids are rejected", "[bootstrap]") {
@@ -260,8 +236,8 @@ TEST_CASE("Several bootstraps run concurrently and in sequence in one process", 
 }
 
 TEST_CASE("NCCL_COMM_ID: every process computes the same id; rank 0 hosts the root", "[bootstrap]") {
-  const ReservedPort reserved;
-  std::string where = "127.0.0.1:" + std::to_string(reserved.port);
+  const test::ReservedPort reserved;
+  std::string where = reserved.address();
   setenv("NCCL_COMM_ID", where.c_str(), 1);
   config::resetAll();
   ncclUniqueId id1 = makeId(), id2 = makeId();

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "../reserved_port.h"
 #include "../scoped_env.h"
 #include "base/config.h"
 #include "core/bootstrap.h"
@@ -303,10 +304,8 @@ TEST_CASE("A duplicate rank fails the job and ranks arriving later hear it at on
 
 TEST_CASE("NCCL_COMM_ID: PLAIT_COMM_SECRET enters the nonce; a rank with another secret is refused",
           "[hostile]") {
-  auto l = net::Socket::listen(net::SocketAddress::loopback(AF_INET, 0), 1);
-  REQUIRE(l.isOk());
-  const std::string where = l->localAddress().toString();
-  l->close();
+  const test::ReservedPort reserved;
+  const std::string where = reserved.address();
   ScopedEnv commId("NCCL_COMM_ID", where.c_str());
   ncclUniqueId open = freshId(), a, b;
   {

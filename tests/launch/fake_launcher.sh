@@ -7,7 +7,21 @@ set -u
 kind=$1 n=$2
 shift 2
 unset NCCL_COMM_ID PLAIT_COMM_ID PLAIT_RANK PLAIT_NRANKS
-port=$((30000 + $$ % 20000))
+# MASTER_PORT: ranks host the comm id at MASTER_PORT+1. Both lie below the
+# kernel's ephemeral range (32768 and up: other tests' sockets bound to port 0
+# land there) and below Slurm's comm-id ports (20000-29999), and neither is in
+# use now (/proc/net/tcp*, hex ports).
+in_use() {
+  hex=$(printf ':%04X ' "$1")
+  cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -q "$hex"
+}
+port=$((10000 + $$ % 9000))
+tries=0
+while in_use "$port" || in_use $((port + 1)); do
+  port=$((10000 + (port - 10000 + 7) % 9000))
+  tries=$((tries + 1))
+  [ "$tries" -lt 1000 ] || { echo "fake_launcher.sh: no free port pair in 10000-19000" >&2; exit 1; }
+done
 pids=""
 r=0
 while [ "$r" -lt "$n" ]; do

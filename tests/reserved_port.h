@@ -1,0 +1,43 @@
+// reserved_port.h — a loopback port reserved for a bootstrap root while a test
+// runs: bound with SO_REUSEADDR but never listening, so the root (which sets
+// SO_REUSEADDR too) can bind it and no other socket can take it meanwhile.
+// plait-run does the same; a port found by binding port 0 and closing could be
+// taken by anything before the root bound it.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <string>
+
+namespace plait::test {
+
+struct ReservedPort {
+  int fd = -1;
+  uint16_t port = 0;
+  ReservedPort() {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    int one = 1;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    REQUIRE(::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    port = ntohs(addr.sin_port);
+  }
+  ~ReservedPort() { ::close(fd); }
+  ReservedPort(const ReservedPort&) = delete;
+  ReservedPort& operator=(const ReservedPort&) = delete;
+
+  // "127.0.0.1:<port>", the form NCCL_COMM_ID takes.
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+};
+
+}  // namespace plait::test
