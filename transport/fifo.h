@@ -97,6 +97,11 @@ struct FifoShape {
 inline void fifoReset(void* fifoMemory) { std::memset(fifoMemory, 0, sizeof(FifoControl)); }
 
 namespace detail {
+// `steps` when it is not the memory right after the control page `ctrl`, else null.
+inline void* detached(const FifoControl* ctrl, const char* steps) {
+  if (ctrl == nullptr || steps == reinterpret_cast<const char*>(ctrl) + kFifoControlBytes) return nullptr;
+  return const_cast<char*>(steps);
+}
 // The 32-bit futex word of a 64-bit counter: its low half, which changes with every step.
 inline std::atomic<uint32_t>* futexWordOf(uint64_t* counter) {
   return reinterpret_cast<std::atomic<uint32_t>*>(counter);
@@ -118,9 +123,12 @@ class FifoSender {
   // `fifoMemory` is the receiver's FIFO memory as mapped by this process
   // (shape.totalBytes() bytes); `ctx` outlives this object and is read during
   // waits (the owner updates its deadline and `what` per operation).
-  FifoSender(void* fifoMemory, FifoShape shape, WaitContext* ctx)
+  // `steps`, when given, holds the step buffers instead of the memory after
+  // the control page (a network connector's steps in GPU memory, GPUDirect
+  // RDMA); only kernels and the network touch those.
+  FifoSender(void* fifoMemory, FifoShape shape, WaitContext* ctx, void* steps = nullptr)
       : ctrl_(static_cast<FifoControl*>(fifoMemory)),
-        data_(static_cast<char*>(fifoMemory) + kFifoControlBytes),
+        data_(steps ? static_cast<char*>(steps) : static_cast<char*>(fifoMemory) + kFifoControlBytes),
         shape_(shape),
         ctx_(ctx) {
     tail_ = AtomicRef<uint64_t>(ctrl_->tail).load(mo::relaxed);
@@ -182,6 +190,8 @@ class FifoSender {
   char* stepBuffer(int i) const { return data_ + static_cast<size_t>(i) * shape_.stepBytes; }
   const FifoShape& shape() const { return shape_; }
   FifoControl* control() const { return ctrl_; }
+  // The step buffers when they are not right after the control page, else null.
+  void* detachedSteps() const { return detail::detached(ctrl_, data_); }
   WaitContext* waitContext() const { return ctx_; }
 
  private:
@@ -218,9 +228,9 @@ class FifoReceiver {
   FifoReceiver() = default;
   // `fifoMemory` is this end's FIFO memory (shape.totalBytes() bytes,
   // zero-initialised before either end starts); `ctx` as for FifoSender.
-  FifoReceiver(void* fifoMemory, FifoShape shape, WaitContext* ctx)
+  FifoReceiver(void* fifoMemory, FifoShape shape, WaitContext* ctx, void* steps = nullptr)
       : ctrl_(static_cast<FifoControl*>(fifoMemory)),
-        data_(static_cast<char*>(fifoMemory) + kFifoControlBytes),
+        data_(steps ? static_cast<char*>(steps) : static_cast<char*>(fifoMemory) + kFifoControlBytes),
         shape_(shape),
         ctx_(ctx) {
     head_ = AtomicRef<uint64_t>(ctrl_->head).load(mo::relaxed);
@@ -280,6 +290,7 @@ class FifoReceiver {
   const char* stepBuffer(int i) const { return data_ + static_cast<size_t>(i) * shape_.stepBytes; }
   const FifoShape& shape() const { return shape_; }
   FifoControl* control() const { return ctrl_; }
+  void* detachedSteps() const { return detail::detached(ctrl_, data_); }
   WaitContext* waitContext() const { return ctx_; }
 
  private:

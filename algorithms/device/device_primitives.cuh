@@ -126,8 +126,8 @@ class DevicePrimitives {
   __device__ FifoControl* recvCtrl() const { return static_cast<FifoControl*>(cfg_.recv.memory); }
   __device__ FifoControl* sendCtrl() const { return static_cast<FifoControl*>(cfg_.send.memory); }
   __device__ static char* stepBuffer(const DeviceFifo& f, uint64_t step) {
-    return static_cast<char*>(f.memory) + kFifoControlBytes +
-           static_cast<size_t>(step % static_cast<uint64_t>(f.nSteps)) * f.stepBytes;
+    char* steps = f.steps != nullptr ? static_cast<char*>(f.steps) : static_cast<char*>(f.memory) + kFifoControlBytes;
+    return steps + static_cast<size_t>(step % static_cast<uint64_t>(f.nSteps)) * f.stepBytes;
   }
 
   // Thread 0: polls `ready` until it holds or a check fails. `mine` and

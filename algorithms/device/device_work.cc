@@ -47,6 +47,7 @@ const char* validateFifo(const DeviceFifo& f, size_t sliceBytes) {
   const FifoShape shape{f.nSteps, static_cast<size_t>(f.stepBytes)};
   if (!shape.valid()) return "a channel's FIFO shape is invalid (nSteps or stepBytes)";
   if (sliceBytes > f.stepBytes) return "sliceBytes exceeds a channel's FIFO stepBytes";
+  if (reinterpret_cast<uintptr_t>(f.steps) % 64 != 0) return "a channel's detached step buffers are not 64-byte aligned";
   return nullptr;
 }
 

@@ -60,6 +60,10 @@ struct DeviceFifo {
   void* memory = nullptr;
   int nSteps = 0;           // in [1, kMaxFifoSteps]
   uint64_t stepBytes = 0;   // capacity of each step buffer; a positive multiple of 64
+  // Where the step buffers are when not right after the control page (null):
+  // a network connector's steps in this GPU's memory, which the NIC reads
+  // and writes (GPUDirect RDMA) while the control page stays in host memory.
+  void* steps = nullptr;
 };
 
 // A channel's ring: this rank's place in it and its two connectors. Rings

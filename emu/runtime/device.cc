@@ -86,6 +86,14 @@ bool peerAccessDenied(int a, int b) {
   return ((denied[a] >> b) & 1) != 0;
 }
 
+bool dmabufSupported() {
+  static const bool supported = [] {
+    const char* text = std::getenv("PLAIT_EMU_NO_DMABUF");
+    return text == nullptr || std::strcmp(text, "1") != 0;
+  }();
+  return supported;
+}
+
 namespace {
 
 // Peer access enabled from each device, as bits over peers.

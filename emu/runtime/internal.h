@@ -23,6 +23,9 @@ int deviceCount();
 bool validDevice(int device);
 // Whether PLAIT_EMU_NO_PEER_ACCESS says devices a and b cannot reach each other.
 bool peerAccessDenied(int a, int b);
+// Whether devices export dmabufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED):
+// yes unless PLAIT_EMU_NO_DMABUF=1.
+bool dmabufSupported();
 
 // ---- memory (memory.cc) ----
 enum class MemKind { kDevice, kHost, kRegistered, kIpc, kMapped /* cuMemMap (vmm.cc) */ };

@@ -108,6 +108,7 @@ CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: *value = dmabufSupported() ? 1 : 0; break;
     default: *value = 0;
   }
   return CUDA_SUCCESS;
@@ -350,6 +351,42 @@ CUresult cuMemGetAddressRange(CUdeviceptr* base, size_t* size, CUdeviceptr dptr)
   return CUDA_SUCCESS;
 }
 
+// GPUDirect RDMA's export: a dmabuf of device memory a NIC can register.
+// The emulator's device memory is a memfd, so the dmabuf is a dup of it —
+// for a range that starts where its cudaMalloc allocation starts (a memfd
+// cannot be cut so that a range inside it begins at offset 0: an emulation
+// limit; CUDA_ERROR_NOT_SUPPORTED then). As CUDA: the range must be whole
+// host pages, and a context must be current.
+CUresult cuMemGetHandleForAddressRange(void* handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType type,
+                                       unsigned long long flags) {
+  if (boundDevice() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (handle == nullptr || type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD ||
+      (flags & ~static_cast<unsigned long long>(CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE)) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  if (size == 0 || dptr % page != 0 || size % page != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!dmabufSupported()) return CUDA_ERROR_NOT_SUPPORTED;
+  Allocation a;
+  if (!findAllocation(reinterpret_cast<const void*>(dptr), &a) || a.kind != MemKind::kDevice || a.fd < 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (reinterpret_cast<char*>(dptr) != a.base || size > a.size) return CUDA_ERROR_NOT_SUPPORTED;
+  const int fd = ::fcntl(a.fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  *static_cast<int*>(handle) = fd;
+  return CUDA_SUCCESS;
+}
+
+// The emulated NIC writes through a mapping of the same pages: a full fence
+// is all there is to flush.
+CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope) {
+  if (target != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX ||
+      (scope != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER && scope != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_ALL_DEVICES))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (boundDevice() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  return CUDA_SUCCESS;
+}
+
 // The driver's functions by name, as a program (or libnccl) fetches them
 // through the runtime: the ones this file defines. Any version is served
 // (the emulator has one of each).
@@ -390,6 +427,8 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,
       {"cuMemImportFromShareableHandle", reinterpret_cast<void*>(&cuMemImportFromShareableHandle)},
       {"cuMemRetainAllocationHandle", reinterpret_cast<void*>(&cuMemRetainAllocationHandle)},
       {"cuMemGetAddressRange", reinterpret_cast<void*>(&cuMemGetAddressRange)},
+      {"cuMemGetHandleForAddressRange", reinterpret_cast<void*>(&cuMemGetHandleForAddressRange)},
+      {"cuFlushGPUDirectRDMAWrites", reinterpret_cast<void*>(&cuFlushGPUDirectRDMAWrites)},
   };
   for (const Named& n : kTable) {
     if (std::strcmp(n.name, symbol) == 0) {

@@ -115,6 +115,7 @@ class Communicator {
                        Deadline deadline);
   Status deviceUnavailableReason(const std::vector<DeviceIdentity>& ids) const;
   std::vector<std::string> p2pRefusals(const std::vector<DeviceIdentity>& ids) const;
+  std::shared_ptr<NetGpuMemory> netGpuMemory(const std::vector<uint64_t>& hostOf) const;
   Status runOnDevice(const Task& task);
   // The device API's space, made collectively on first use (comm_windows.cc).
   Status ensureSymmetric();

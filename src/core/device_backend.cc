@@ -7,6 +7,7 @@
 namespace plait {
 namespace {
 std::atomic<DeviceBackendFactory> gFactory{nullptr};
+std::atomic<NetGpuMemoryFactory> gNetGpuMemory{nullptr};
 thread_local DeviceGroupScope* tlsScope = nullptr;
 }  // namespace
 
@@ -35,5 +36,9 @@ void DeviceGroupScope::defer(DeviceBackend* backend, void* userStream) {
 DeviceBackendFactory deviceBackendFactory() { return gFactory.load(std::memory_order_acquire); }
 
 void registerDeviceBackend(DeviceBackendFactory factory) { gFactory.store(factory, std::memory_order_release); }
+
+NetGpuMemoryFactory netGpuMemoryFactory() { return gNetGpuMemory.load(std::memory_order_acquire); }
+
+void registerNetGpuMemory(NetGpuMemoryFactory factory) { gNetGpuMemory.store(factory, std::memory_order_release); }
 
 }  // namespace plait

@@ -23,11 +23,17 @@
 
 namespace plait {
 
+class NetGpuMemory;  // transport/net/net_transport.h
+
 // One end of a ring FIFO in host memory shared with the peer (transport/
 // fifo.h's layout). The backend maps it for the device.
 struct DeviceFifoMemory {
   void* memory = nullptr;
   FifoShape shape;
+  // Device memory holding the step buffers instead (a network connector
+  // with GPUDirect RDMA): then only the control page at `memory` is host
+  // memory to map.
+  void* steps = nullptr;
 };
 
 // Most channels (thread blocks per rank and kernel) a device collective may
@@ -179,6 +185,13 @@ class DeviceBackend {
 };
 
 using DeviceBackendFactory = Result<std::unique_ptr<DeviceBackend>> (*)(const DeviceBackendSetup& setup);
+
+// GPU memory for the device path's network step buffers (GPUDirect RDMA,
+// transport/net/net_transport.h) on `cudaDev`, or null with *why set (no
+// dmabuf export on this device or driver).
+using NetGpuMemoryFactory = std::shared_ptr<NetGpuMemory> (*)(int cudaDev, std::string* why);
+NetGpuMemoryFactory netGpuMemoryFactory();
+void registerNetGpuMemory(NetGpuMemoryFactory factory);  // by src/device/, as registerDeviceBackend
 
 // The factory the build registered, or null when it has no CUDA executor.
 DeviceBackendFactory deviceBackendFactory();

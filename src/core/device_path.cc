@@ -111,6 +111,19 @@ std::vector<std::string> Communicator::p2pRefusals(const std::vector<DeviceIdent
   return why;
 }
 
+// GPU memory the device path's network connectors may put their steps in
+// (GPUDirect RDMA), when some rank is on another host and this build's CUDA
+// side can export it; the transport decides per network (PLAIT_NET_GDR).
+std::shared_ptr<NetGpuMemory> Communicator::netGpuMemory(const std::vector<uint64_t>& hostOf) const {
+  const bool remote = std::any_of(hostOf.begin(), hostOf.end(), [&](uint64_t h) { return h != hostOf[rank_]; });
+  const NetGpuMemoryFactory make = netGpuMemoryFactory();
+  if (!remote || make == nullptr) return nullptr;
+  std::string why;
+  std::shared_ptr<NetGpuMemory> gpu = make(cudaDev_, &why);
+  if (!gpu) PLAIT_INFO(kInit | ::plait::log::kNet, "rank %d: no GPUDirect RDMA: %s", rank_, why.c_str());
+  return gpu;
+}
+
 Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& hostOptions,
                                    const std::vector<uint64_t>& hostOf, Deadline deadline) {
   // Checked in every build, so a bad value is found where it is set, not on
@@ -166,7 +179,7 @@ Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& 
   // sends it, and posts what it receives into the receiving FIFO the peer's
   // kernel polls (net_transport.h). Their own connections and proxy: the
   // host's connectors cache their counters, as the shared FIFOs do.
-  PLAIT_ASSIGN_OR_RETURN(deviceNet_, connectNetworkEdges(oob, so, hostOf, deadline));
+  PLAIT_ASSIGN_OR_RETURN(deviceNet_, connectNetworkEdges(oob, so, hostOf, deadline, netGpuMemory(hostOf)));
   PLAIT_ASSIGN_OR_RETURN(deviceShm_, ShmTransport::connect(oob, so, deadline));
 
   DeviceBackendSetup setup;
@@ -183,17 +196,17 @@ Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& 
   setup.pids = pids_;
   for (const DeviceIdentity& id : ids) setup.busIds.emplace_back(id.busId);
   setup.p2pRefusal = p2pRefusals(ids);
+  // A FIFO end as the backend maps it (steps apart: a GPUDirect connector's).
+  auto fifoOf = [](auto* end, const FifoShape& shape) {
+    return end ? DeviceFifoMemory{end->control(), shape, end->detachedSteps()} : DeviceFifoMemory{nullptr, shape};
+  };
   for (int c = 0; c < so.nChannels; ++c) {
-    FifoReceiver* r = deviceShm_->ringRecv(c);
-    FifoSender* s = deviceShm_->ringSend(c);
-    setup.recv.push_back(DeviceFifoMemory{r ? static_cast<void*>(r->control()) : nullptr, so.ring});
-    setup.send.push_back(DeviceFifoMemory{s ? static_cast<void*>(s->control()) : nullptr, so.ring});
+    setup.recv.push_back(fifoOf(deviceShm_->ringRecv(c), so.ring));
+    setup.send.push_back(fifoOf(deviceShm_->ringSend(c), so.ring));
   }
   for (int r = 0; r < nranks_; ++r) {
-    FifoSender* s = r == rank_ ? nullptr : deviceShm_->p2pSend(r);
-    FifoReceiver* q = r == rank_ ? nullptr : deviceShm_->p2pRecv(r);
-    setup.p2pSend.push_back(DeviceFifoMemory{s ? static_cast<void*>(s->control()) : nullptr, so.p2p});
-    setup.p2pRecv.push_back(DeviceFifoMemory{q ? static_cast<void*>(q->control()) : nullptr, so.p2p});
+    setup.p2pSend.push_back(fifoOf(r == rank_ ? nullptr : deviceShm_->p2pSend(r), so.p2p));
+    setup.p2pRecv.push_back(fifoOf(r == rank_ ? nullptr : deviceShm_->p2pRecv(r), so.p2p));
   }
   Status created;
   auto backend = deviceBackendFactory()(setup);
@@ -221,8 +234,10 @@ Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& 
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_) continue;
     if (hostOf[r] != hostOf[rank_])
-      PLAIT_INFO(kInit, "rank %d -> rank %d: device FIFOs via %s (proxy; FIFOs in host memory mapped for the kernels)",
-                 rank_, r, deviceNet_->description().c_str());
+      PLAIT_INFO(kInit, "rank %d -> rank %d: device FIFOs via %s (proxy; %s)", rank_, r,
+                 deviceNet_->description().c_str(),
+                 deviceNet_->gpuDirect() ? "steps in GPU memory the NIC reaches, control in host memory"
+                                         : "FIFOs in host memory mapped for the kernels");
     else
       PLAIT_INFO(kInit, "rank %d -> rank %d: device FIFOs via %s", rank_, r, device_->peerPath(r).c_str());
   }

@@ -38,6 +38,7 @@
 #include "base/cuda_probe.h"
 #include "base/log.h"
 #include "core/device_backend.h"
+#include "device/net_gpu_memory.h"
 #include "device/scoped_device.h"
 #include "device/symmetric_memory.h"
 #include "device/vmm.h"
@@ -228,7 +229,8 @@ Status CudaExecutor::connectP2p() {
 
 // The device address of one FIFO: `p2pMemory` when the edge is P2P (GPU
 // memory), else the core's shared host memory, registered with CUDA (mapped,
-// every context).
+// every context). A network connector with GPUDirect RDMA has its steps in
+// this device's memory already: only its control page is host memory.
 Status CudaExecutor::mapFifo(const DeviceFifoMemory& fifo, void* p2pMemory, DeviceFifo* out) {
   if (p2pMemory != nullptr) {
     out->memory = p2pMemory;
@@ -237,7 +239,8 @@ Status CudaExecutor::mapFifo(const DeviceFifoMemory& fifo, void* p2pMemory, Devi
     return Status::ok();
   }
   if (fifo.memory == nullptr) return internalError("device executor: a ring FIFO has no memory");
-  const size_t bytes = fifo.shape.totalBytes();
+  const size_t bytes = fifo.steps != nullptr ? kFifoControlBytes : fifo.shape.totalBytes();
+  out->steps = fifo.steps;
   cudaError_t err = cudaHostRegister(fifo.memory, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
   if (err != cudaSuccess) return cudaFailure(err, "cudaHostRegister of a " + std::to_string(bytes) + "-byte ring FIFO");
   registered_.push_back(fifo.memory);
@@ -550,6 +553,7 @@ cuda::RuntimeEntryPoints runtimeEntryPoints() {
 [[maybe_unused]] const bool kRegistered = [] {
   cuda::installRuntime(runtimeEntryPoints());
   registerDeviceBackend(&createCudaExecutor);
+  registerNetGpuMemory(&device::makeNetGpuMemory);
   return true;
 }();
 

@@ -39,6 +39,9 @@ const DriverApi& driverApi() {
     fetch("cuMemRetainAllocationHandle", &x.retainHandle, &x.missing);
     fetch("cuMemGetAddressRange", &x.addressRange, &x.missing);
     fetch("cuGetErrorString", &x.errorString, &x.missing);
+    fetch("cuMemGetHandleForAddressRange", &x.getHandleForAddressRange, &x.dmabufMissing);
+    std::string noFlush;  // optional: drivers that order remote writes need no flush
+    fetch("cuFlushGPUDirectRDMAWrites", &x.flushRdmaWrites, &noFlush);
     return x;
   }();
   return d;

@@ -27,6 +27,11 @@ struct DriverApi {
   CUresult (*addressRange)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
   CUresult (*errorString)(CUresult, const char**) = nullptr;
   std::string missing;  // names the first call the driver lacks; "" when it has them all
+  // GPUDirect RDMA (net_gpu_memory.cc), apart: a driver without them still
+  // has VMM. Null when missing; dmabufMissing says why.
+  CUresult (*getHandleForAddressRange)(void*, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long) = nullptr;
+  CUresult (*flushRdmaWrites)(CUflushGPUDirectRDMAWritesTarget, CUflushGPUDirectRDMAWritesScope) = nullptr;
+  std::string dmabufMissing;
 };
 
 // The calls, fetched on first use. Thread-safe.

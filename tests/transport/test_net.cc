@@ -21,65 +21,6 @@
 
 using namespace plait;
 
-namespace {
-
-const PlaitNetV8& loopbackSocketNet() {
-  static const PlaitNetV8* net = [] {
-    setenv("PLAIT_SOCKET_IFNAME", "lo", 1);
-    const PlaitNetV8* n = socketNet();
-    REQUIRE(n->init(netLogger) == 0);
-    return n;
-  }();
-  return *net;
-}
-
-// Two ranks as threads.
-class ThreadOob final : public OobExchange {
- public:
-  struct Shared {
-    std::mutex mu;
-    std::barrier<> sync{2};
-    std::vector<char> data;
-  };
-  ThreadOob(Shared& s, int rank) : s_(s), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int nranks() const override { return 2; }
-  Status allGather(void* data, size_t bytes, Deadline) override {
-    {
-      std::lock_guard<std::mutex> lock(s_.mu);
-      s_.data.resize(bytes * 2);
-      std::memcpy(&s_.data[bytes * rank_], static_cast<char*>(data) + bytes * rank_, bytes);
-    }
-    s_.sync.arrive_and_wait();
-    std::memcpy(data, s_.data.data(), bytes * 2);
-    s_.sync.arrive_and_wait();
-    return Status::ok();
-  }
-  Status barrier(Deadline) override {
-    s_.sync.arrive_and_wait();
-    return Status::ok();
-  }
-
- private:
-  Shared& s_;
-  int rank_;
-};
-
-NetTransportOptions twoRankOptions(int rank, const std::atomic<uint32_t>* abortFlag) {
-  NetTransportOptions o;
-  o.nChannels = 1;
-  o.ring = FifoShape{4, 4096};
-  o.p2p = FifoShape{4, 4096};
-  o.ringPrev = {1 - rank};
-  o.ringNext = {1 - rank};
-  o.remote = {rank != 0, rank != 1};
-  o.abortFlag = abortFlag;
-  o.waitTimeoutMs = 10000;
-  return o;
-}
-
-}  // namespace
-
 TEST_CASE("socket net: devices and properties follow NCCL_SOCKET_IFNAME", "[net]") {
   const PlaitNetV8& net = loopbackSocketNet();
   int ndev = 0;

@@ -17,6 +17,7 @@ namespace {
 struct Registration {
   Device* dev;
   ibv_mr* mr;
+  bool dmabuf = false;  // its own MR (GPU memory), not one of the cache's
 };
 
 Device* deviceOf(void* comm) { return static_cast<Comm*>(comm)->dev; }
@@ -61,9 +62,36 @@ int ibRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
   return netr::kSuccess;
 }
 
+// GPU memory (GPUDirect RDMA): ibv_reg_dmabuf_mr (rdma-core 34 and later,
+// found at run time so that older libibverbs still load the module).
+int ibRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
+  *mhandle = nullptr;
+  if (type != kNetPtrCuda && type != kNetPtrHost) return netr::kInvalidArgument;
+  const RegDmaBufMr reg = regDmaBufMr();
+  if (reg == nullptr) {
+    IB_WARN("NET/IB: this libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 or later has it)");
+    return netr::kInvalidUsage;
+  }
+  Device* d = deviceOf(comm);
+  ibv_mr* mr = reg(d->pd, offset, size, reinterpret_cast<uint64_t>(data), fd,
+                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  if (mr == nullptr) {
+    IB_WARN("NET/IB: ibv_reg_dmabuf_mr of %zu bytes (fd %d, offset %llu) on %s: %s", size, fd,
+            static_cast<unsigned long long>(offset), d->name.c_str(), std::strerror(errno));
+    return netr::kSystemError;
+  }
+  *mhandle = new Registration{d, mr, true};
+  return netr::kSuccess;
+}
+
 int ibDeregMr(void*, void* mhandle) {
   auto* reg = static_cast<Registration*>(mhandle);
   if (reg == nullptr) return netr::kSuccess;
+  if (reg->dmabuf) {
+    ibv_dereg_mr(reg->mr);
+    delete reg;
+    return netr::kSuccess;
+  }
   {
     std::lock_guard<std::mutex> lock(reg->dev->mu);
     reg->dev->cache->release(reg->mr);

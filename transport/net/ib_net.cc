@@ -20,7 +20,11 @@
 // sequence, then RDMA-writes its data split over the QPs, each part with
 // immediate data = the message size; the receive is complete after one
 // completion per QP. Registrations go through a per-device RegCache.
+// GPU memory (GPUDirect RDMA) is registered as a dmabuf (ibv_reg_dmabuf_mr,
+// probed per device); iflush has no read-back QP yet, so the proxy orders a
+// receive into GPU memory with the GPU's own flush (cuFlushGPUDirectRDMAWrites).
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -48,10 +52,32 @@ std::string textOf(const Address& a) {
   return (v6 ? "[" + std::string(buf) + "]" : std::string(buf)) + ":" + std::to_string(port);
 }
 
+RegDmaBufMr regDmaBufMr() {
+  static const RegDmaBufMr fn = reinterpret_cast<RegDmaBufMr>(dlsym(RTLD_DEFAULT, "ibv_reg_dmabuf_mr"));
+  return fn;
+}
+
 namespace {
 
 std::mutex gMu;
 bool gInitDone = false;
+
+// NCCL's probe: a dmabuf registration of fd -1 fails with EOPNOTSUPP or
+// EPROTONOSUPPORT where the kernel or HCA cannot register dmabufs, and with
+// another error (EBADF) where it can. PLAIT_IB_DMABUF_DISABLE=1 says no.
+bool dmabufSupported(ibv_pd* pd) {
+  const char* off = std::getenv("PLAIT_IB_DMABUF_DISABLE");
+  if (off != nullptr && std::strcmp(off, "1") == 0) return false;
+  const RegDmaBufMr reg = regDmaBufMr();
+  if (reg == nullptr) return false;
+  errno = 0;
+  ibv_mr* mr = reg(pd, 0, 0, 0, -1, 0);
+  if (mr != nullptr) {  // never expected; give it back
+    ibv_dereg_mr(mr);
+    return true;
+  }
+  return errno != EOPNOTSUPP && errno != EPROTONOSUPPORT;
+}
 Address gIfAddr{};
 socklen_t lengthOf(const Address& a) { return a.sa.sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in); }
 
@@ -129,8 +155,9 @@ void discover() {
                                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
             },
             [](void* mr) { ibv_dereg_mr(static_cast<ibv_mr*>(mr)); });
-        IB_INFO("NET/IB: %s %s, GID index %d, MTU code %d, %d Mbit/s", dv->name.c_str(), dv->roce ? "RoCE" : "IB",
-                dv->gidIndex, dv->mtu, dv->speedMbps);
+        dv->dmabuf = dmabufSupported(pd);
+        IB_INFO("NET/IB: %s %s, GID index %d, MTU code %d, %d Mbit/s%s", dv->name.c_str(), dv->roce ? "RoCE" : "IB",
+                dv->gidIndex, dv->mtu, dv->speedMbps, dv->dmabuf ? ", dmabuf (GPUDirect RDMA)" : "");
         gDevices.push_back(std::move(dv));
         used = true;
       }
@@ -188,7 +215,7 @@ int ibGetProperties(int dev, PlaitNetProperties* props) {
   std::memset(props, 0, sizeof *props);
   props->name = const_cast<char*>(d.name.c_str());
   props->guid = ibv_get_device_guid(d.ctx->device);
-  props->ptrSupport = kNetPtrHost;
+  props->ptrSupport = kNetPtrHost | (d.dmabuf ? kNetPtrCuda | kNetPtrDmaBuf : 0);
   props->regIsGlobal = 1;
   props->speed = d.speedMbps;
   props->port = d.port;
@@ -444,6 +471,7 @@ void destroyComm(Comm* c) {
 
 // The data path (ib_data.cc).
 int ibRegMr(void* comm, void* data, size_t size, int type, void** mhandle);
+int ibRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
 int ibDeregMr(void* comm, void* mhandle);
 int ibIsend(void* sendComm, void* data, int size, int tag, void* mhandle, void** request);
 int ibIrecv(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request);
@@ -451,7 +479,6 @@ int ibTest(void* request, int* done, int* sizes);
 int ibClose(void* comm);
 
 namespace {
-int ibRegMrDmaBuf(void*, void*, size_t, int, uint64_t, int, void**) { return netr::kInvalidUsage; }
 int ibIflush(void*, int, void**, int*, void**, void** request) {
   *request = nullptr;  // host memory only: nothing to flush
   return netr::kSuccess;

@@ -48,6 +48,7 @@ struct Device {
   int speedMbps = 0;
   std::mutex mu;  // guards cache
   std::unique_ptr<RegCache> cache;
+  bool dmabuf = false;  // the kernel and HCA register dmabufs (GPUDirect RDMA)
 };
 
 extern std::vector<std::unique_ptr<Device>> gDevices;
@@ -81,5 +82,9 @@ struct Request {
 };
 
 void destroyComm(Comm* c);
+
+// ibv_reg_dmabuf_mr when this libibverbs has it (rdma-core 34 and later), else null.
+using RegDmaBufMr = ibv_mr* (*)(ibv_pd*, uint64_t offset, size_t length, uint64_t iova, int fd, int access);
+RegDmaBufMr regDmaBufMr();
 
 }  // namespace plait::ib::mod

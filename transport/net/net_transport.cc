@@ -7,11 +7,18 @@
 #include <array>
 #include <cstring>
 
+#include "base/config.h"
 #include "base/log.h"
 #include "transport/net/net_plugin.h"
 
 namespace plait {
 namespace {
+
+PLAIT_PARAM_INT(kNetGdr, "NET_GDR", -1,
+                "GPUDirect RDMA for device buffers to other hosts: the network connectors' step buffers in GPU memory, "
+                "registered as dmabufs. -1: when the network plugin supports dmabufs and the topology puts the NIC "
+                "within NCCL_NET_GDR_LEVEL of the GPU; 1: whenever the plugin supports dmabufs (an error if it does "
+                "not); 0: never (steps in host memory, mapped for the kernels)");
 
 constexpr int kRingTag = 0x100;  // + channel
 constexpr int kP2pTag = 0x7000;
@@ -96,7 +103,7 @@ WaitContext connectorContext(const NetTransportOptions& o, int peer, const char*
 Status NetTransport::makeConnectors(const NetTransportOptions& o) {
   const int nranks = static_cast<int>(o.remote.size());
   auto add = [this](bool sending, int peer, FifoShape shape, bool trailer, int tag, WaitContext ctx) {
-    connectors_.push_back(std::make_unique<NetConnector>(sending, peer, shape, trailer, tag, ctx));
+    connectors_.push_back(std::make_unique<NetConnector>(sending, peer, shape, trailer, tag, ctx, gpu_));
     return connectors_.back().get();
   };
   ringSend_.assign(o.nChannels, nullptr);
@@ -115,7 +122,31 @@ Status NetTransport::makeConnectors(const NetTransportOptions& o) {
     p2pSend_[q] = add(true, q, o.p2p, true, kP2pTag, connectorContext(o, q, "point-to-point send"));
     p2pRecv_[q] = add(false, q, o.p2p, true, kP2pTag, connectorContext(o, q, "point-to-point receive"));
   }
+  for (auto& c : connectors_) PLAIT_RETURN_IF_ERROR(c->allocate());
   return Status::ok();
+}
+
+Result<std::shared_ptr<NetGpuMemory>> NetTransport::chooseGpuMemory(const NetTransportOptions& o,
+                                                                     const PlaitNetProperties& props) const {
+  const int64_t mode = kNetGdr.get();
+  if (mode < -1 || mode > 1)
+    return invalidArgument("PLAIT_NET_GDR=" + std::to_string(mode) + ": -1 (auto), 0 (off) or 1 (on)");
+  if (!o.gpu || mode == 0) return std::shared_ptr<NetGpuMemory>();
+  const bool dmabuf = (props.ptrSupport & kNetPtrDmaBuf) != 0 && (props.ptrSupport & kNetPtrCuda) != 0;
+  if (mode == 1) {
+    if (!dmabuf)
+      return invalidUsage(description_ + " cannot register GPU memory (its plugin reports no dmabuf support); "
+                          "PLAIT_NET_GDR=1 asks for GPUDirect RDMA");
+    return o.gpu;
+  }
+  if (!dmabuf) return std::shared_ptr<NetGpuMemory>();
+  const std::optional<bool> near = o.gpu->nearEnough(props);
+  if (!near.value_or(false)) {
+    PLAIT_INFO(kNet, "%s: no GPUDirect RDMA with %s: %s", description_.c_str(), o.gpu->description().c_str(),
+               near ? "the NIC is farther than NCCL_NET_GDR_LEVEL" : "the topology does not place them both");
+    return std::shared_ptr<NetGpuMemory>();
+  }
+  return o.gpu;
 }
 
 Status NetTransport::exchangeAndConnect(OobExchange& oob, const NetTransportOptions& o, Deadline deadline) {
@@ -186,6 +217,8 @@ Result<std::unique_ptr<NetTransport>> NetTransport::connect(OobExchange& oob, co
   PlaitNetProperties props{};
   if (t->net_->getProperties(t->dev_, &props) != 0) return systemError("network device properties: " + takeNetError());
   t->description_ = std::string("NET/") + t->net_->name + "/" + (props.name ? props.name : "?");
+  PLAIT_ASSIGN_OR_RETURN(t->gpu_, t->chooseGpuMemory(options, props));
+  if (t->gpu_) t->description_ += "/GDRDMA";
   PLAIT_RETURN_IF_ERROR(t->makeConnectors(options));
   PLAIT_RETURN_IF_ERROR(t->exchangeAndConnect(oob, options, deadline));
   t->proxy_ = std::thread([p = t.get()] { p->proxyLoop(); });
@@ -225,7 +258,8 @@ FifoReceiver* NetTransport::p2pRecv(int peer) const {
 }
 
 Result<std::unique_ptr<NetTransport>> connectNetworkEdges(OobExchange& oob, ShmTransportOptions& so,
-                                                          const std::vector<uint64_t>& hostOf, Deadline deadline) {
+                                                          const std::vector<uint64_t>& hostOf, Deadline deadline,
+                                                          std::shared_ptr<NetGpuMemory> gpu) {
   const int nranks = oob.nranks(), rank = oob.rank();
   if (std::all_of(hostOf.begin(), hostOf.end(), [&](uint64_t h) { return h == hostOf[0]; }))
     return std::unique_ptr<NetTransport>();
@@ -245,6 +279,7 @@ Result<std::unique_ptr<NetTransport>> connectNetworkEdges(OobExchange& oob, ShmT
   // Each rank has a proxy thread besides its own: count both for the wait policy.
   no.oversubscribed = so.oversubscribed || hostOversubscribed(2 * static_cast<int>(so.localRanks.size()));
   no.waitTimeoutMs = so.waitTimeoutMs;
+  no.gpu = std::move(gpu);
   PLAIT_ASSIGN_OR_RETURN(std::unique_ptr<NetTransport> net, NetTransport::connect(oob, no, deadline));
   so.remoteRingSend.assign(so.nChannels, nullptr);
   so.remoteRingRecv.assign(so.nChannels, nullptr);

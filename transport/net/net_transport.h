@@ -28,6 +28,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +42,34 @@
 
 namespace plait {
 
+// GPU memory a NIC can read and write directly (GPUDirect RDMA), given by
+// the CUDA side (src/device/) to the device path's network connectors for
+// their step buffers. Thread-safe.
+class NetGpuMemory {
+ public:
+  struct Buffer {
+    void* ptr = nullptr;  // device address of the buffer
+    size_t bytes = 0;
+    int fd = -1;          // a dmabuf of the allocation holding it (owned by the buffer)
+    uint64_t offset = 0;  // of ptr inside that dmabuf
+  };
+  virtual ~NetGpuMemory() = default;
+  // "CUDA device 0 (bus ...)", for the INFO line.
+  virtual std::string description() const = 0;
+  // Zeroed device memory of `bytes` with its dmabuf.
+  virtual Result<Buffer> allocate(size_t bytes) = 0;
+  virtual void release(const Buffer& buffer) = 0;
+  // Makes the network's completed writes into device memory visible to
+  // kernels that read it next (cuFlushGPUDirectRDMAWrites): the proxy calls
+  // it before it posts a step received there, when the network's own iflush
+  // had nothing to do.
+  virtual Status flush() = 0;
+  // Whether the network device `props` may use GPUDirect RDMA with this GPU
+  // (NCCL_NET_GDR_LEVEL against the topology); nullopt when the topology
+  // does not know them both.
+  virtual std::optional<bool> nearEnough(const PlaitNetProperties& props) const = 0;
+};
+
 struct NetTransportOptions {
   int nChannels = 1;
   FifoShape ring{8, 128 << 10};
@@ -52,13 +81,19 @@ struct NetTransportOptions {
   const std::atomic<uint32_t>* abortFlag = nullptr;
   bool oversubscribed = false;
   int64_t waitTimeoutMs = -1;
+  // The device path's: step buffers in GPU memory where the network and the
+  // GPU allow it (PLAIT_NET_GDR); null: host memory.
+  std::shared_ptr<NetGpuMemory> gpu;
 };
 
 // One direction of one network connection (internal to the transport; the
 // schedule sees only front()).
 class NetConnector {
  public:
-  NetConnector(bool sending, int peer, FifoShape shape, bool trailer, int tag, WaitContext ctx);
+  // `gpu`: put the step buffers in its memory (GPUDirect RDMA); the control
+  // page stays in host memory.
+  NetConnector(bool sending, int peer, FifoShape shape, bool trailer, int tag, WaitContext ctx,
+               std::shared_ptr<NetGpuMemory> gpu = nullptr);
   ~NetConnector();
   NetConnector(const NetConnector&) = delete;
   NetConnector& operator=(const NetConnector&) = delete;
@@ -66,6 +101,8 @@ class NetConnector {
   // Proxy thread: moves what can move without blocking; sets *moved if
   // anything did. A network error marks the schedule's end failed.
   void progress(const PlaitNetV8& net, bool* moved);
+  // Allocates the FIFO memory (GPU step buffers may fail to come).
+  Status allocate();
   // Registers the FIFO memory with `comm` and takes ownership of the comm.
   Status attach(const PlaitNetV8& net, void* comm);
   void close(const PlaitNetV8& net);  // proxy thread or after it stopped
@@ -92,7 +129,12 @@ class NetConnector {
   // Receive side: the FIFO size word for a completed step of `size` bytes;
   // false (and the connector failed) when the peer sent an invalid one.
   bool checkedWord(int slot, int size, uint64_t* word);
+  // Receive side, GPU steps: the network's iflush (or the GPU's flush) of
+  // step `slot` has completed; false while it is in flight or failed.
+  bool flushed(const PlaitNetV8& net, int slot);
   char* step(int slot) const { return data_ + static_cast<size_t>(slot) * shape_.stepBytes; }
+  // The registration the step buffers are under.
+  void* stepsHandle() const { return gpu_ ? stepsHandle_ : mhandle_; }
 
   struct FreeDeleter {
     void operator()(void* p) const { std::free(p); }
@@ -103,14 +145,19 @@ class NetConnector {
   bool trailer_;
   int tag_;
   WaitContext ctx_;
-  std::unique_ptr<char, FreeDeleter> memory_;
-  FifoControl* ctrl_;
-  char* data_;
-  uint64_t* words_;  // per step: the size word of a trailer (inside the registered control page)
+  std::unique_ptr<char, FreeDeleter> memory_;  // the control page (and the steps, without `gpu_`)
+  std::shared_ptr<NetGpuMemory> gpu_;
+  NetGpuMemory::Buffer gpuSteps_;
+  FifoControl* ctrl_ = nullptr;
+  char* data_ = nullptr;
+  uint64_t* words_ = nullptr;  // per step: the size word of a trailer (inside the registered control page)
   std::unique_ptr<FifoSender> frontSend_;
   std::unique_ptr<FifoReceiver> frontRecv_;
   void* comm_ = nullptr;
-  void* mhandle_ = nullptr;
+  void* mhandle_ = nullptr;      // the host memory (control page; steps too without gpu_)
+  void* stepsHandle_ = nullptr;  // gpu_: the step buffers' dmabuf registration
+  void* flush_ = nullptr;        // receive side, gpu_: the iflush of step done_ in flight
+  bool flushing_ = false;        // that iflush was posted
   uint64_t posted_ = 0;  // steps whose messages are all posted
   int partsPosted_ = 0;  // messages of step posted_ already posted
   uint64_t done_ = 0;    // steps completed (sender: released to the schedule; receiver: posted to it)
@@ -137,8 +184,10 @@ class NetTransport {
   FifoReceiver* ringRecv(int channel) const;
   FifoSender* p2pSend(int peer) const;
   FifoReceiver* p2pRecv(int peer) const;
-  // "NET/Socket/eth0" and the like, for NCCL_DEBUG=INFO.
+  // "NET/Socket/eth0" and the like ("NET/IB/mlx5_0/GDRDMA" when the steps
+  // are in GPU memory), for NCCL_DEBUG=INFO.
   const std::string& description() const { return description_; }
+  bool gpuDirect() const { return gpu_ != nullptr; }
   // The first failed connection, "rank 3: connection to 10.0.0.2:41000
   // closed by the peer", or "" when none failed. Any thread (a kernel's
   // error names the dead host with it: a kernel only sees a flag).
@@ -151,6 +200,9 @@ class NetTransport {
  private:
   NetTransport() = default;
   Status makeConnectors(const NetTransportOptions& options);
+  // The GPU memory the connectors get (PLAIT_NET_GDR), or null for host memory.
+  Result<std::shared_ptr<NetGpuMemory>> chooseGpuMemory(const NetTransportOptions& options,
+                                                         const PlaitNetProperties& props) const;
   Status exchangeAndConnect(OobExchange& oob, const NetTransportOptions& options, Deadline deadline);
   void proxyLoop();
 
@@ -158,6 +210,7 @@ class NetTransport {
   int dev_ = 0;
   int rank_ = 0;
   std::string description_;
+  std::shared_ptr<NetGpuMemory> gpu_;  // declared before the connectors, which release into it
   std::vector<std::unique_ptr<NetConnector>> connectors_;
   std::vector<NetConnector*> ringSend_, ringRecv_, p2pSend_, p2pRecv_;
   const std::atomic<uint32_t>* abortFlag_ = nullptr;
@@ -171,7 +224,9 @@ class NetTransport {
 // network and fills so.remoteRing* / so.remoteP2p* with its connectors; also
 // clears so.pids of remote ranks (another host's pids mean nothing here).
 // Returns null when every rank is on one host. Collective, like connect().
+// `gpu` (the device path's) offers GPU memory for the step buffers.
 Result<std::unique_ptr<NetTransport>> connectNetworkEdges(OobExchange& oob, ShmTransportOptions& so,
-                                                          const std::vector<uint64_t>& hostOf, Deadline deadline);
+                                                          const std::vector<uint64_t>& hostOf, Deadline deadline,
+                                                          std::shared_ptr<NetGpuMemory> gpu = nullptr);
 
 }  // namespace plait

@@ -28,25 +28,54 @@ static_assert(sizeof(FifoControl) <= kWordsOffset && kWordsOffset + 8 * kMaxFifo
 
 }  // namespace
 
-NetConnector::NetConnector(bool sending, int peer, FifoShape shape, bool trailer, int tag, WaitContext ctx)
-    : sending_(sending), peer_(peer), shape_(shape), trailer_(trailer), tag_(tag), ctx_(ctx) {
-  memory_.reset(static_cast<char*>(std::aligned_alloc(4096, shape.totalBytes())));
-  std::memset(memory_.get(), 0, shape.totalBytes());
-  ctrl_ = reinterpret_cast<FifoControl*>(memory_.get());
-  data_ = memory_.get() + kFifoControlBytes;
-  words_ = reinterpret_cast<uint64_t*>(memory_.get() + kWordsOffset);
-  if (sending) frontSend_ = std::make_unique<FifoSender>(memory_.get(), shape, &ctx_);
-  else frontRecv_ = std::make_unique<FifoReceiver>(memory_.get(), shape, &ctx_);
+NetConnector::NetConnector(bool sending, int peer, FifoShape shape, bool trailer, int tag, WaitContext ctx,
+                           std::shared_ptr<NetGpuMemory> gpu)
+    : sending_(sending), peer_(peer), shape_(shape), trailer_(trailer), tag_(tag), ctx_(ctx), gpu_(std::move(gpu)) {}
+
+NetConnector::~NetConnector() {
+  if (gpu_ && gpuSteps_.ptr) gpu_->release(gpuSteps_);
 }
 
-NetConnector::~NetConnector() = default;
+Status NetConnector::allocate() {
+  const size_t hostBytes = gpu_ ? kFifoControlBytes : shape_.totalBytes();
+  memory_.reset(static_cast<char*>(std::aligned_alloc(4096, hostBytes)));
+  if (!memory_) return systemError("allocating " + std::to_string(hostBytes) + " bytes of FIFO memory");
+  std::memset(memory_.get(), 0, hostBytes);
+  ctrl_ = reinterpret_cast<FifoControl*>(memory_.get());
+  words_ = reinterpret_cast<uint64_t*>(memory_.get() + kWordsOffset);
+  void* steps = nullptr;
+  if (gpu_) {
+    const size_t stepsBytes = static_cast<size_t>(shape_.nSteps) * shape_.stepBytes;
+    auto buffer = gpu_->allocate(stepsBytes);
+    if (!buffer.isOk())
+      return Status(buffer.status().code(), "GPU memory for the network FIFO steps of rank " + std::to_string(peer_) +
+                                                " (" + std::to_string(stepsBytes) + " bytes, GPUDirect RDMA): " +
+                                                buffer.status().message());
+    gpuSteps_ = *buffer;
+    steps = gpuSteps_.ptr;
+    data_ = static_cast<char*>(steps);
+  } else {
+    data_ = memory_.get() + kFifoControlBytes;
+  }
+  if (sending_) frontSend_ = std::make_unique<FifoSender>(memory_.get(), shape_, &ctx_, steps);
+  else frontRecv_ = std::make_unique<FifoReceiver>(memory_.get(), shape_, &ctx_, steps);
+  return Status::ok();
+}
 
 Status NetConnector::attach(const PlaitNetV8& net, void* comm) {
   comm_ = comm;
-  if (net.regMr(comm, memory_.get(), shape_.totalBytes(), kNetPtrHost, &mhandle_) != 0) {
+  const size_t hostBytes = gpu_ ? kFifoControlBytes : shape_.totalBytes();
+  if (net.regMr(comm, memory_.get(), hostBytes, kNetPtrHost, &mhandle_) != 0) {
     std::string why = takeNetError();
-    return systemError("registering " + std::to_string(shape_.totalBytes()) + " bytes of FIFO memory for rank " +
+    return systemError("registering " + std::to_string(hostBytes) + " bytes of FIFO memory for rank " +
                        std::to_string(peer_) + (why.empty() ? "" : ": " + why));
+  }
+  if (gpu_ && net.regMrDmaBuf(comm, gpuSteps_.ptr, gpuSteps_.bytes, kNetPtrCuda, gpuSteps_.offset, gpuSteps_.fd,
+                              &stepsHandle_) != 0) {
+    std::string why = takeNetError();
+    return systemError("registering the " + std::to_string(gpuSteps_.bytes) + "-byte GPU step buffers for rank " +
+                       std::to_string(peer_) + " as a dmabuf (GPUDirect RDMA; PLAIT_NET_GDR=0 keeps them in host "
+                       "memory)" + (why.empty() ? "" : ": " + why));
   }
   return Status::ok();
 }
@@ -54,8 +83,9 @@ Status NetConnector::attach(const PlaitNetV8& net, void* comm) {
 void NetConnector::close(const PlaitNetV8& net) {
   if (comm_ == nullptr) return;
   if (mhandle_) net.deregMr(comm_, mhandle_);
+  if (stepsHandle_) net.deregMr(comm_, stepsHandle_);
   (sending_ ? net.closeSend : net.closeRecv)(comm_);
-  comm_ = mhandle_ = nullptr;
+  comm_ = mhandle_ = stepsHandle_ = nullptr;
 }
 
 void NetConnector::abortFront() {
@@ -108,7 +138,8 @@ void NetConnector::progressSend(const PlaitNetV8& net, bool* moved) {
       return failWith("this rank posted a step of " + std::to_string(word & kPayloadMask) + " bytes, more than the " +
                       std::to_string(shape_.stepBytes) + "-byte step size");
     if (partsPosted_ == 0) {
-      int rc = net.isend(comm_, step(slot), static_cast<int>(word & kPayloadMask), tag_, mhandle_, &requests_[slot][0]);
+      int rc = net.isend(comm_, step(slot), static_cast<int>(word & kPayloadMask), tag_, stepsHandle(),
+                         &requests_[slot][0]);
       if (rc != 0) return fail(rc);
       if (requests_[slot][0] == nullptr) return;
       partsPosted_ = 1;
@@ -140,7 +171,8 @@ void NetConnector::progressRecv(const PlaitNetV8& net, bool* moved) {
     if (partsPosted_ == 0) {
       void* data = step(slot);
       int size = static_cast<int>(shape_.stepBytes);
-      int rc = net.irecv(comm_, 1, &data, &size, &tag_, &mhandle_, &requests_[slot][0]);
+      void* handle = stepsHandle();
+      int rc = net.irecv(comm_, 1, &data, &size, &tag_, &handle, &requests_[slot][0]);
       if (rc != 0) return fail(rc);
       if (requests_[slot][0] == nullptr) return;
       partsPosted_ = 1;
@@ -162,6 +194,7 @@ void NetConnector::progressRecv(const PlaitNetV8& net, bool* moved) {
     if (!testStep(net, slot, &size)) return;
     uint64_t word = 0;
     if (!checkedWord(slot, size, &word)) return;
+    if (gpu_ && size > 0 && !flushed(net, slot)) return;
     ctrl_->stepBytes[slot] = word;
     AtomicRef<uint64_t>(ctrl_->tail).store(++done_, mo::release);
     wake(detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers);
@@ -193,6 +226,41 @@ bool NetConnector::checkedWord(int slot, int size, uint64_t* word) {
     return false;
   }
   *word = w;
+  return true;
+}
+
+// A step received into GPU memory is posted to the kernel only once the
+// NIC's writes are visible to it: the network's iflush (NCCL's RDMA read
+// through the NIC) when the plugin has one for this buffer, else the GPU's
+// own flush of GPUDirect writes. testStep() already saw the receive
+// complete; its size stays in sizes_[slot] while the flush is in flight.
+bool NetConnector::flushed(const PlaitNetV8& net, int slot) {
+  if (!flushing_) {
+    void* data = step(slot);
+    int size = sizes_[slot];
+    void* handle = stepsHandle_;
+    if (int rc = net.iflush(comm_, 1, &data, &size, &handle, &flush_); rc != 0) {
+      fail(rc);
+      return false;
+    }
+    flushing_ = true;
+    if (flush_ == nullptr) {  // the network has nothing to flush: the GPU does it
+      if (Status s = gpu_->flush(); !s.isOk()) {
+        failWith("flushing GPUDirect RDMA writes: " + s.message());
+        return false;
+      }
+    }
+  }
+  if (flush_ != nullptr) {
+    int done = 0;
+    if (int rc = net.test(flush_, &done, nullptr); rc != 0) {
+      fail(rc);
+      return false;
+    }
+    if (!done) return false;
+    flush_ = nullptr;
+  }
+  flushing_ = false;
   return true;
 }
 

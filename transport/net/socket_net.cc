@@ -39,6 +39,7 @@
 #include "base/socket.h"
 #include "transport/net/net.h"
 #include "transport/net/net_plugin.h"
+#include "transport/net/socket_dmabuf.h"
 
 namespace plait {
 namespace {
@@ -249,14 +250,27 @@ int post(Comm& c, void* data, size_t bytes, void** request) {
   return netr::kSuccess;
 }
 
-int sockIsend(void* comm, void* data, int size, int /*tag*/, void* /*mhandle*/, void** request) {
-  return post(*static_cast<Comm*>(comm), data, static_cast<size_t>(size), request);
+// Where the bytes of [data, data + bytes) are: through the dmabuf's mapping
+// when registered as one (socket_dmabuf.h), else at data itself.
+Result<void*> reach(void* mhandle, void* data, size_t bytes) {
+  if (mhandle == nullptr) return data;
+  char* at = socket_dmabuf::translate(mhandle, data, bytes);
+  if (at == nullptr) return invalidArgument(std::to_string(bytes) + " bytes outside their dmabuf registration");
+  return static_cast<void*>(at);
 }
 
-int sockIrecv(void* comm, int n, void** data, int* sizes, int* /*tags*/, void** /*mhandles*/, void** request) {
+int sockIsend(void* comm, void* data, int size, int /*tag*/, void* mhandle, void** request) {
+  auto at = reach(mhandle, data, static_cast<size_t>(size));
+  if (!at.isOk()) return failWith(at.status(), netr::kInvalidArgument);
+  return post(*static_cast<Comm*>(comm), *at, static_cast<size_t>(size), request);
+}
+
+int sockIrecv(void* comm, int n, void** data, int* sizes, int* /*tags*/, void** mhandles, void** request) {
   if (n != 1) return failWith(invalidUsage("grouped receives are not supported (n=" + std::to_string(n) + ")"),
                               netr::kInvalidUsage);
-  return post(*static_cast<Comm*>(comm), data[0], static_cast<size_t>(sizes[0]), request);
+  auto at = reach(mhandles ? mhandles[0] : nullptr, data[0], static_cast<size_t>(sizes[0]));
+  if (!at.isOk()) return failWith(at.status(), netr::kInvalidArgument);
+  return post(*static_cast<Comm*>(comm), *at, static_cast<size_t>(sizes[0]), request);
 }
 
 int sockTest(void* request, int* done, int* sizes) {
@@ -491,7 +505,7 @@ int sockGetProperties(int dev, PlaitNetProperties* props) {
   std::memset(props, 0, sizeof *props);
   props->name = const_cast<char*>(gDevices[dev].ifname.c_str());
   props->guid = static_cast<uint64_t>(dev);
-  props->ptrSupport = kNetPtrHost;
+  props->ptrSupport = kNetPtrHost | (socket_dmabuf::enabled() ? kNetPtrCuda | kNetPtrDmaBuf : 0);
   props->regIsGlobal = 1;
   props->speed = gDevices[dev].speedMbps;
   props->latency = 0;
@@ -505,8 +519,24 @@ int sockRegMr(void*, void*, size_t, int type, void** mhandle) {
   *mhandle = nullptr;
   return type == kNetPtrHost ? netr::kSuccess : netr::kInvalidArgument;  // sockets need no registration
 }
-int sockRegMrDmaBuf(void*, void*, size_t, int, uint64_t, int, void**) { return netr::kInvalidUsage; }
-int sockDeregMr(void*, void*) { return netr::kSuccess; }
+// GPU memory only as a dmabuf, and only when standing in for a GPUDirect
+// NIC (PLAIT_NET_SOCKET_DMABUF=1, socket_dmabuf.h).
+int sockRegMrDmaBuf(void*, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
+  *mhandle = nullptr;
+  if (!socket_dmabuf::enabled())
+    return failWith(invalidUsage("the socket transport registers no dmabufs (PLAIT_NET_SOCKET_DMABUF=1 emulates it)"),
+                    netr::kInvalidUsage);
+  if (type != kNetPtrCuda && type != kNetPtrHost)
+    return failWith(invalidArgument("dmabuf registration of pointer type " + std::to_string(type)),
+                    netr::kInvalidArgument);
+  Status s = socket_dmabuf::registerDmaBuf(data, size, offset, fd, mhandle);
+  if (s.isOk()) return netr::kSuccess;
+  return failWith(s, s.code() == Code::kInvalidArgument ? netr::kInvalidArgument : netr::kSystemError);
+}
+int sockDeregMr(void*, void* mhandle) {
+  if (mhandle != nullptr) socket_dmabuf::deregister(mhandle);
+  return netr::kSuccess;
+}
 int sockIflush(void*, int, void**, int*, void**, void** request) {
   *request = nullptr;  // host memory: nothing to flush
   return netr::kSuccess;
