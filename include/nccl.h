@@ -1,11 +1,12 @@
 /*
- * Plait — the NCCL 2.28 C API, implemented by Plait.
+ * Plait — the NCCL 2.28 C API, implemented by Plait, and the part of NCCL
+ * 2.32's additions Plait provides so far (marked "NCCL 2.32" below).
  *
- * This header is Plait's own description of the NCCL 2.28 application binary
+ * This header is Plait's own description of the NCCL application binary
  * interface: the same type layouts, enum values, macros and function
  * signatures, so a program built against NVIDIA's nccl.h links against
  * libnccl.so.2 from Plait unchanged, and a program built against this header
- * links against NVIDIA's NCCL.
+ * links against NVIDIA's NCCL (2.32 or later where it calls a 2.32 function).
  *
  * Host-only builds: when CUDA headers are not available (or PLAIT_NO_CUDA is
  * defined) `cudaStream_t` is an opaque pointer. A null stream means "blocking:
@@ -33,7 +34,9 @@
 /* Opaque stream handle for host-only builds: same size and passing
  * convention as CUDA's `struct CUstream_st*`. */
 typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
 #endif
+#include <stdint.h>
 
 #include <stddef.h>
 #include <limits.h>
@@ -129,6 +132,53 @@ typedef struct ncclConfig_v22800 {
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,       \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,       \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT                               \
+  }
+
+/* NCCL 2.32: one vendor option of a per-call configuration, in a list.
+ * Plait reads none (it logs that it ignored them, as NCCL ignores all). */
+typedef struct ncclConfigExt {
+  struct ncclConfigExt* next; /* NULL ends the list */
+  struct {
+    int vendorId;
+    int optionId;
+  } key;
+  union {
+    int i;
+    const char* s;
+    void* raw;
+  } val;
+} ncclConfigExt_t;
+
+/* NCCL 2.32: options of one collective call (ncclAllReduceConfig and the
+ * other nccl*Config entry points). Start from NCCL_COLLCONFIG_INITIALIZER;
+ * fields are only ever appended, and the library reads no further than the
+ * caller's `size`. Every rank must pass the same configuration. */
+typedef struct ncclCollConfig_v23200 {
+  size_t size;          /* sizeof(ncclCollConfig_t) of the caller's header */
+  unsigned int magic;   /* 0xcafebeef */
+  unsigned int version; /* NCCL_VERSION_CODE of the caller's header */
+  ncclConfigExt_t* ext; /* vendor options, or NULL */
+  int minCTAs;          /* Plait: least channels for this call (UNDEF: the tuner's) */
+  int maxCTAs;          /* Plait: most channels for this call */
+  int nvlsCTAs;
+  int cgaClusterSize;
+  /* Algorithms the call may use, in NCCL_ALGO's syntax ("ring", "^tree",
+   * "allreduce:ring;broadcast:ring"); NULL or "" lets the tuner choose.
+   * Plait runs ring and oneshot (host AllReduce), direct (registered
+   * buffers) and symmetric (device windows); NCCL's other names parse but
+   * Plait runs none of them. */
+  const char* algSelection;
+  int forceAlgSelection;      /* 1 (default): a selection the call cannot honour is an error */
+  int CTAPolicy;
+  uint64_t userProfilerTag;   /* shown in Plait's per-call log lines */
+  cudaEvent_t launchCompletionEvent; /* recorded on the stream once the kernel is launched (device buffers) */
+} ncclCollConfig_t;
+
+#define NCCL_COLLCONFIG_INITIALIZER                                                            \
+  {                                                                                            \
+    sizeof(ncclCollConfig_t), 0xcafebeef, NCCL_VERSION(2, 32, 0), NCCL_CONFIG_UNDEF_PTR,       \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, \
+        NCCL_CONFIG_UNDEF_PTR, 1, NCCL_CONFIG_UNDEF_INT, 0, NCCL_CONFIG_UNDEF_PTR              \
   }
 
 /* Result of ncclGroupSimulateEnd. */
@@ -235,6 +285,8 @@ PLAIT_DECLARE(ncclResult_t, CommDeregister, (const ncclComm_t comm, void* handle
 PLAIT_DECLARE(ncclResult_t, CommWindowRegister,
               (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags));
 PLAIT_DECLARE(ncclResult_t, CommWindowDeregister, (ncclComm_t comm, ncclWindow_t win));
+/* NCCL 2.32: the buffer a window was registered with. */
+PLAIT_DECLARE(ncclResult_t, WinGetUserPtr, (ncclComm_t comm, ncclWindow_t win, void** outUserPtr));
 
 /* ---- User reduction operations ----------------------------------------- */
 /* A sum where each rank's input is first multiplied by *scalar. */
@@ -271,6 +323,33 @@ PLAIT_DECLARE(ncclResult_t, Gather,
 PLAIT_DECLARE(ncclResult_t, Scatter,
               (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                ncclComm_t comm, cudaStream_t stream));
+
+/* NCCL 2.32: the collectives with a per-call configuration (NULL: as the
+ * plain call). */
+PLAIT_DECLARE(ncclResult_t, AllReduceConfig,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+               ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config));
+PLAIT_DECLARE(ncclResult_t, BroadcastConfig,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+               ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config));
+PLAIT_DECLARE(ncclResult_t, ReduceConfig,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+               int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config));
+PLAIT_DECLARE(ncclResult_t, AllGatherConfig,
+              (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+               ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config));
+PLAIT_DECLARE(ncclResult_t, ReduceScatterConfig,
+              (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config));
+PLAIT_DECLARE(ncclResult_t, AlltoAllConfig,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
+               cudaStream_t stream, const ncclCollConfig_t* config));
+PLAIT_DECLARE(ncclResult_t, GatherConfig,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+               ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config));
+PLAIT_DECLARE(ncclResult_t, ScatterConfig,
+              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+               ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config));
 
 /* ---- Point to point and groups ----------------------------------------- */
 PLAIT_DECLARE(ncclResult_t, Send,

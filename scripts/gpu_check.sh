@@ -79,7 +79,7 @@ run() {
     .gpu/bin/test_symmetric_collectives_gpu "[deadline]"
   # GPUDirect RDMA's GPU memory: a dmabuf of cudaMalloc memory, the flush
   # (no RDMA NIC here: the registration itself stays unverified).
-  step net_gpu_memory 60 .gpu/bin/test_net_gpu_memory_gpu
+  step net_gpu_memory 60 .gpu/bin/test_net_gpu_memory_gpu "~[no_dmabuf]"
   if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     step memcheck_conformance_2 300 env PLAIT_ALLOW_SHARED_DEVICE=1 compute-sanitizer --tool memcheck \
       --target-processes all --error-exitcode 9 .gpu/bin/device_conformance 2

@@ -9,6 +9,7 @@ PACKAGES=(
   libhwloc-dev libucx-dev libibverbs-dev      # topology detection, network transports
   openmpi-bin libopenmpi-dev libgloo-dev      # launchers and the peers we compare with
   python3 python3-matplotlib graphviz         # perf/compare plots, topology pictures
+  python3-pip                                 # NVIDIA's newest NCCL headers from PyPI (tests/abi)
   iproute2 nftables iperf3 procps             # multi-node tests in network namespaces
 )
 missing=()
@@ -21,3 +22,10 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 echo "setup: all packages present"
+# NVIDIA's headers of the NCCL release Plait tracks, for the ABI tests
+# (tests/abi; skipped without them, so a machine without PyPI still builds).
+if headers=$("$(dirname "$0")/fetch_nccl_headers.sh" 2>/dev/null); then
+  echo "setup: NVIDIA NCCL headers in $headers"
+else
+  echo "setup: could not fetch NVIDIA's NCCL headers from PyPI: the tests/abi checks will be skipped" >&2
+fi

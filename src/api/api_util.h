@@ -72,6 +72,9 @@ struct UsedBuffer {
 Status placeTask(ncclComm_t comm, const std::vector<UsedBuffer>& used, cudaStream_t stream, Task* task);
 // Resolves a built-in or user op for `type` into task->op.
 Status resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t type, Task* task);
+// Applies a caller's per-call configuration (the nccl*Config entry points;
+// null: none) to a placed task (coll_config.cc).
+Status applyCollConfig(const ncclCollConfig_t* config, Task* task);
 
 // What an entry point returns when an exception reached the C boundary:
 // ncclSystemError for std::bad_alloc (out of memory), ncclInternalError for

@@ -74,7 +74,7 @@ struct CollCall {
 };
 
 ncclResult_t collective(ncclComm_t comm, const CollCall& c, size_t sendMult, size_t recvMult, bool sendAtRootOnly,
-                        bool recvAtRootOnly, cudaStream_t stream) {
+                        bool recvAtRootOnly, cudaStream_t stream, const ncclCollConfig_t* config = nullptr) {
   Task task;
   Status s = prepare(comm, &task, c.coll, c.sendbuff, c.recvbuff, c.count, c.type, stream);
   if (s.isOk() && c.rooted) s = checkRoot(c.root, comm->nranks);
@@ -96,6 +96,7 @@ ncclResult_t collective(ncclComm_t comm, const CollCall& c, size_t sendMult, siz
     if (s.isOk()) s = placeTask(comm, used, stream, &task);
   }
   if (s.isOk() && c.reduces) s = resolveOp(comm, static_cast<ncclRedOp_t>(c.op), c.type, &task);
+  if (s.isOk()) s = applyCollConfig(config, &task);
   if (!s.isOk()) return rejected(s, c.name);
   task.root = c.root;
   task.peer = c.peer;
@@ -104,20 +105,81 @@ ncclResult_t collective(ncclComm_t comm, const CollCall& c, size_t sendMult, siz
 
 size_t ranksOf(ncclComm_t comm) { return comm != nullptr && checkComm(comm).isOk() ? comm->nranks : 1; }
 
+// One function per collective: the plain entry point and its Config variant
+// (NCCL 2.32) differ only in the name and the configuration.
+ncclResult_t allReduceCall(const char* name, const void* sendbuff, void* recvbuff, size_t count,
+    ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) {
+  CollCall c{name, plait::CollType::kAllReduce, sendbuff, recvbuff, count, datatype, true, op};
+  return collective(comm, c, 1, 1, false, false, stream, config);
+}
+
+ncclResult_t reduceCall(const char* name, const void* sendbuff, void* recvbuff, size_t count,
+    ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream,
+    const ncclCollConfig_t* config) {
+  CollCall c{name, plait::CollType::kReduce, sendbuff, recvbuff, count, datatype, true, op, root, true};
+  return collective(comm, c, 1, 1, false, /*recvAtRootOnly=*/true, stream, config);
+}
+
+ncclResult_t broadcastCall(const char* name, const void* sendbuff, void* recvbuff, size_t count,
+    ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) {
+  CollCall c{name, plait::CollType::kBroadcast, sendbuff, recvbuff, count, datatype, false, 0, root, true};
+  return collective(comm, c, 1, 1, /*sendAtRootOnly=*/true, false, stream, config);
+}
+
+ncclResult_t reduceScatterCall(const char* name, const void* sendbuff, void* recvbuff, size_t recvcount,
+    ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) {
+  CollCall c{name, plait::CollType::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, true, op};
+  return collective(comm, c, ranksOf(comm), 1, false, false, stream, config);
+}
+
+ncclResult_t allGatherCall(const char* name, const void* sendbuff, void* recvbuff, size_t sendcount,
+    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) {
+  CollCall c{name, plait::CollType::kAllGather, sendbuff, recvbuff, sendcount, datatype};
+  return collective(comm, c, 1, ranksOf(comm), false, false, stream, config);
+}
+
+ncclResult_t alltoAllCall(const char* name, const void* sendbuff, void* recvbuff, size_t count,
+    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) {
+  CollCall c{name, plait::CollType::kAlltoAll, sendbuff, recvbuff, count, datatype};
+  return collective(comm, c, ranksOf(comm), ranksOf(comm), false, false, stream, config);
+}
+
+ncclResult_t gatherCall(const char* name, const void* sendbuff, void* recvbuff, size_t count,
+    ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) {
+  CollCall c{name, plait::CollType::kGather, sendbuff, recvbuff, count, datatype, false, 0, root, true};
+  return collective(comm, c, 1, ranksOf(comm), false, /*recvAtRootOnly=*/true, stream, config);
+}
+
+ncclResult_t scatterCall(const char* name, const void* sendbuff, void* recvbuff, size_t count,
+    ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) {
+  CollCall c{name, plait::CollType::kScatter, sendbuff, recvbuff, count, datatype, false, 0, root, true};
+  return collective(comm, c, ranksOf(comm), 1, /*sendAtRootOnly=*/true, false, stream, config);
+}
+
 }  // namespace
 
 PLAIT_API(ncclResult_t, AllReduce,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
            ncclComm_t comm, cudaStream_t stream)) {
-  CollCall c{"ncclAllReduce", plait::CollType::kAllReduce, sendbuff, recvbuff, count, datatype, true, op};
-  return collective(comm, c, 1, 1, false, false, stream);
+  return allReduceCall("ncclAllReduce", sendbuff, recvbuff, count, datatype, op, comm, stream, nullptr);
+} PLAIT_API_END
+
+PLAIT_API(ncclResult_t, AllReduceConfig,
+          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+           ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config)) {
+  return allReduceCall("ncclAllReduceConfig", sendbuff, recvbuff, count, datatype, op, comm, stream, config);
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, Reduce,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root,
            ncclComm_t comm, cudaStream_t stream)) {
-  CollCall c{"ncclReduce", plait::CollType::kReduce, sendbuff, recvbuff, count, datatype, true, op, root, true};
-  return collective(comm, c, 1, 1, false, /*recvAtRootOnly=*/true, stream);
+  return reduceCall("ncclReduce", sendbuff, recvbuff, count, datatype, op, root, comm, stream, nullptr);
+} PLAIT_API_END
+
+PLAIT_API(ncclResult_t, ReduceConfig,
+          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root,
+           ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config)) {
+  return reduceCall("ncclReduceConfig", sendbuff, recvbuff, count, datatype, op, root, comm, stream, config);
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, Bcast,
@@ -129,43 +191,74 @@ PLAIT_API(ncclResult_t, Bcast,
 PLAIT_API(ncclResult_t, Broadcast,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
            cudaStream_t stream)) {
-  CollCall c{"ncclBroadcast", plait::CollType::kBroadcast, sendbuff, recvbuff, count, datatype, false, 0, root, true};
-  return collective(comm, c, 1, 1, /*sendAtRootOnly=*/true, false, stream);
+  return broadcastCall("ncclBroadcast", sendbuff, recvbuff, count, datatype, root, comm, stream, nullptr);
+} PLAIT_API_END
+
+PLAIT_API(ncclResult_t, BroadcastConfig,
+          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+           cudaStream_t stream, const ncclCollConfig_t* config)) {
+  return broadcastCall("ncclBroadcastConfig", sendbuff, recvbuff, count, datatype, root, comm, stream, config);
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, ReduceScatter,
           (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op,
            ncclComm_t comm, cudaStream_t stream)) {
-  CollCall c{"ncclReduceScatter", plait::CollType::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, true, op};
-  return collective(comm, c, ranksOf(comm), 1, false, false, stream);
+  return reduceScatterCall("ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, comm, stream, nullptr);
+} PLAIT_API_END
+
+PLAIT_API(ncclResult_t, ReduceScatterConfig,
+          (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op,
+           ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config)) {
+  return reduceScatterCall("ncclReduceScatterConfig", sendbuff, recvbuff, recvcount, datatype, op, comm, stream,
+                           config);
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, AllGather,
           (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm,
            cudaStream_t stream)) {
-  CollCall c{"ncclAllGather", plait::CollType::kAllGather, sendbuff, recvbuff, sendcount, datatype};
-  return collective(comm, c, 1, ranksOf(comm), false, false, stream);
+  return allGatherCall("ncclAllGather", sendbuff, recvbuff, sendcount, datatype, comm, stream, nullptr);
+} PLAIT_API_END
+
+PLAIT_API(ncclResult_t, AllGatherConfig,
+          (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm,
+           cudaStream_t stream, const ncclCollConfig_t* config)) {
+  return allGatherCall("ncclAllGatherConfig", sendbuff, recvbuff, sendcount, datatype, comm, stream, config);
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, AlltoAll,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
            cudaStream_t stream)) {
-  CollCall c{"ncclAlltoAll", plait::CollType::kAlltoAll, sendbuff, recvbuff, count, datatype};
-  return collective(comm, c, ranksOf(comm), ranksOf(comm), false, false, stream);
+  return alltoAllCall("ncclAlltoAll", sendbuff, recvbuff, count, datatype, comm, stream, nullptr);
+} PLAIT_API_END
+
+PLAIT_API(ncclResult_t, AlltoAllConfig,
+          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
+           cudaStream_t stream, const ncclCollConfig_t* config)) {
+  return alltoAllCall("ncclAlltoAllConfig", sendbuff, recvbuff, count, datatype, comm, stream, config);
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, Gather,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
            cudaStream_t stream)) {
-  CollCall c{"ncclGather", plait::CollType::kGather, sendbuff, recvbuff, count, datatype, false, 0, root, true};
-  return collective(comm, c, 1, ranksOf(comm), false, /*recvAtRootOnly=*/true, stream);
+  return gatherCall("ncclGather", sendbuff, recvbuff, count, datatype, root, comm, stream, nullptr);
+} PLAIT_API_END
+
+PLAIT_API(ncclResult_t, GatherConfig,
+          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+           cudaStream_t stream, const ncclCollConfig_t* config)) {
+  return gatherCall("ncclGatherConfig", sendbuff, recvbuff, count, datatype, root, comm, stream, config);
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, Scatter,
           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
            cudaStream_t stream)) {
-  CollCall c{"ncclScatter", plait::CollType::kScatter, sendbuff, recvbuff, count, datatype, false, 0, root, true};
-  return collective(comm, c, ranksOf(comm), 1, /*sendAtRootOnly=*/true, false, stream);
+  return scatterCall("ncclScatter", sendbuff, recvbuff, count, datatype, root, comm, stream, nullptr);
+} PLAIT_API_END
+
+PLAIT_API(ncclResult_t, ScatterConfig,
+          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+           cudaStream_t stream, const ncclCollConfig_t* config)) {
+  return scatterCall("ncclScatterConfig", sendbuff, recvbuff, count, datatype, root, comm, stream, config);
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, Send,

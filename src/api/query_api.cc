@@ -198,6 +198,20 @@ PLAIT_API(ncclResult_t, CommWindowDeregister, (ncclComm_t comm, ncclWindow_t win
   return fail(comm->impl->deregisterWindow(win), call);
 } PLAIT_API_END
 
+PLAIT_API(ncclResult_t, WinGetUserPtr, (ncclComm_t comm, ncclWindow_t win, void** outUserPtr)) {
+  const char* call = "ncclWinGetUserPtr";
+  if (outUserPtr == nullptr) return fail(plait::invalidArgument("outUserPtr is NULL"), call);
+  *outUserPtr = nullptr;
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  if (win == nullptr) return fail(plait::invalidArgument("win is NULL"), call);
+  CommUse use(comm);
+  if (!use.usable()) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);
+  auto buffer = comm->impl->windowBuffer(win);
+  if (!buffer.isOk()) return fail(buffer.status(), call);
+  *outUserPtr = *buffer;
+  return ncclSuccess;
+} PLAIT_API_END
+
 // ---- User reduction operations ------------------------------------------------------
 PLAIT_API(ncclResult_t, RedOpCreatePreMulSum,
           (ncclRedOp_t * op, void* scalar, ncclDataType_t datatype, ncclScalarResidence_t residence,

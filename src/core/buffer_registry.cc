@@ -57,23 +57,34 @@ Result<void*> RegistrationTable::add(void* buff, size_t bytes, RegistrationKind 
   return static_cast<void*>(entries_.back().get());
 }
 
+// The live entry `handle` names, of `kind` (mu_ held); else why not.
+Result<std::vector<std::unique_ptr<Registration>>::const_iterator> RegistrationTable::entryOf(
+    void* handle, RegistrationKind kind) const {
+  auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.get() == handle; });
+  if (it != entries_.end() && (*it)->kind == kind) return it;
+  char text[64];
+  std::snprintf(text, sizeof text, "%p", handle);
+  if (it != entries_.end())
+    return invalidArgument(std::string("handle ") + text + " is a " +
+                           (kind == RegistrationKind::kBuffer ? "window (use ncclCommWindowDeregister)"
+                                                              : "buffer registration (use ncclCommDeregister)"));
+  return invalidArgument(std::string("handle ") + text +
+                         " is not a live registration of this communicator (never registered here, or "
+                         "already deregistered)");
+}
+
+Result<Registration> RegistrationTable::lookup(void* handle, RegistrationKind kind) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  PLAIT_ASSIGN_OR_RETURN(auto it, entryOf(handle, kind));
+  return **it;
+}
+
 Status RegistrationTable::remove(void* handle, RegistrationKind kind) {
   std::unique_ptr<Registration> gone;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.get() == handle; });
-    if (it == entries_.end() || (*it)->kind != kind) {
-      const bool other = it != entries_.end();
-      char text[64];
-      std::snprintf(text, sizeof text, "%p", handle);
-      if (other)
-        return invalidArgument(std::string("handle ") + text + " is a " +
-                               (kind == RegistrationKind::kBuffer ? "window (use ncclCommWindowDeregister)"
-                                                                  : "buffer registration (use ncclCommDeregister)"));
-      return invalidArgument(std::string("handle ") + text +
-                             " is not a live registration of this communicator (never registered here, or "
-                             "already deregistered)");
-    }
+    PLAIT_ASSIGN_OR_RETURN(auto found, entryOf(handle, kind));
+    auto it = entries_.begin() + (found - entries_.cbegin());
     gone = std::move(*it);
     entries_.erase(it);
   }

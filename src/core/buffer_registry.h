@@ -52,12 +52,17 @@ class RegistrationTable {
   // kInvalidArgument when `handle` is not a live registration of this table
   // of that kind (never registered, already deregistered, or the other kind).
   Status remove(void* handle, RegistrationKind kind);
+  // What `handle` registered; the same errors as remove().
+  Result<Registration> lookup(void* handle, RegistrationKind kind) const;
   // The registration covering [ptr, ptr + bytes), preferring one that other
   // processes can map; false if none covers it.
   bool find(const void* ptr, size_t bytes, Registration* out) const;
   size_t count() const;
 
  private:
+  Result<std::vector<std::unique_ptr<Registration>>::const_iterator> entryOf(void* handle,
+                                                                            RegistrationKind kind) const;
+
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Registration>> entries_;
   bool loggedForeign_ = false;

@@ -80,6 +80,8 @@ class Communicator {
   // registration. The window also counts as a registration of the range.
   Status registerWindow(void* buff, size_t bytes, int flags, void** win);
   Status deregisterWindow(void* win);
+  // The buffer a window of this communicator was registered with.
+  Result<void*> windowBuffer(void* win) const;
   // ncclDevCommCreate (collective) / ncclDevCommDestroy (local).
   Status createDevComm(const ncclDevCommRequirements& reqs, ncclDevComm* out);
   Status destroyDevComm(const ncclDevComm& devComm);
@@ -146,6 +148,8 @@ class Communicator {
   WaitCheck agreementCheck() const;
   Status withDeadPeers(Status s) const;
   void logPlanOnce(const Task& task, size_t bytes, const Plan& plan);
+  Status unrunnableSelection(const Task& task, size_t bytes) const;
+  void tagged(const Task& task, size_t bytes, const char* algo) const;
 
   int rank_ = 0;
   int nranks_ = 1;

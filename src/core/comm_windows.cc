@@ -120,6 +120,13 @@ Status Communicator::deregisterWindow(void* win) {
   return local != nullptr ? direct_->deregisterBuffer(local, RegistrationKind::kWindow) : Status::ok();
 }
 
+Result<void*> Communicator::windowBuffer(void* win) const {
+  if (!direct_) return invalidUsage("the communicator is not initialised");
+  if (symmetric_ && symmetric_->isWindow(win)) return symmetric_->windowBuffer(win);
+  PLAIT_ASSIGN_OR_RETURN(Registration r, direct_->registration(win, RegistrationKind::kWindow));
+  return reinterpret_cast<void*>(r.begin);
+}
+
 Status Communicator::createDevComm(const ncclDevCommRequirements& reqs, ncclDevComm* out) {
   if (!device_)
     return invalidUsage("this communicator cannot use the device API: it has no CUDA device (" +

@@ -156,7 +156,11 @@ class DeviceBackend {
   // operations came on `streams` (one or more; as in NCCL, all of them are
   // joined: the launch waits for the work before it on each, and each waits
   // for the launch).
-  virtual Status enqueueP2p(const std::vector<DeviceP2pRequest>& requests, const std::vector<void*>& streams) = 0;
+  // `launchEvent` (a cudaEvent_t, or null) is recorded once the kernel is
+  // launched (ncclCollConfig_t.launchCompletionEvent); enqueue() and
+  // enqueueSymmetric() take it from Task::launchEvent.
+  virtual Status enqueueP2p(const std::vector<DeviceP2pRequest>& requests, const std::vector<void*>& streams,
+                            void* launchEvent) = 0;
   // Enqueues `task` (AllReduce, AllGather or ReduceScatter whose buffers lie
   // in windows, every rank in one LSA team) as a symmetric kernel: loads and
   // stores into the peers' window memory, no FIFO. Same asynchrony and

@@ -249,10 +249,22 @@ Status Communicator::runOnDevice(const Task& task) {
     return Status(deviceUnavailable_.code(), std::string(collName(task.coll)) +
                                                  " on CUDA device buffers: " + deviceUnavailable_.message());
   if (isPointToPoint(task.coll)) return runDeviceP2p({task});
-  if (std::optional<SymmetricPlan> symmetric = symmetricPlan(task)) return device_->enqueueSymmetric(task, *symmetric);
   const size_t blockBytes = task.count * typeSize(task.type);
   const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
-  const Plan plan = tuner_->devicePlan(task, blocked ? blockBytes * nranks_ : blockBytes, deviceChannels_);
+  const size_t bytes = blocked ? blockBytes * nranks_ : blockBytes;
+  // The call's algorithm selection (ncclCollConfig_t): symmetric kernels
+  // and the ring are what the device path runs.
+  const bool symmetricAllowed = task.algos == 0 || (task.algos & kAlgoSymmetric) != 0;
+  const bool ringAllowed = task.algos == 0 || (task.algos & kAlgoRing) != 0;
+  if (symmetricAllowed) {
+    if (std::optional<SymmetricPlan> symmetric = symmetricPlan(task)) {
+      tagged(task, bytes, "symmetric");
+      return device_->enqueueSymmetric(task, *symmetric);
+    }
+  }
+  if (!ringAllowed && task.forceAlgos) return unrunnableSelection(task, bytes);
+  const Plan plan = tuner_->devicePlan(task, bytes, deviceChannels_);
+  tagged(task, bytes, "ring");
   DevicePlan dp;
   dp.nChannels = plan.nChannels;
   dp.sliceBytes = plan.sliceBytes;
@@ -272,7 +284,14 @@ Status Communicator::runDeviceP2p(const std::vector<Task>& tasks) {
   std::vector<void*> selfRecvs;
   std::vector<size_t> selfSendBytes, selfRecvBytes;
   std::vector<void*> streams;
+  void* launchEvent = nullptr;  // at most one per group, as NCCL allows
   for (const Task& t : tasks) {
+    if (t.launchEvent != nullptr) {
+      if (launchEvent != nullptr && launchEvent != t.launchEvent)
+        return invalidUsage("a group's point-to-point operations on device buffers carry two different "
+                            "launchCompletionEvents (at most one per communicator and group)");
+      launchEvent = t.launchEvent;
+    }
     if (t.count == 0) continue;
     if (std::find(streams.begin(), streams.end(), t.cudaStream) == streams.end()) streams.push_back(t.cudaStream);
     const size_t bytes = t.count * typeSize(t.type);
@@ -328,7 +347,7 @@ Status Communicator::runDeviceP2p(const std::vector<Task>& tasks) {
       requests.push_back(DeviceP2pRequest{DeviceP2pRequest::kCopy, rank_, selfSends[i], selfRecvs[i], selfSendBytes[i]});
   }
   if (requests.empty()) return Status::ok();
-  return device_->enqueueP2p(requests, streams);
+  return device_->enqueueP2p(requests, streams, launchEvent);
 }
 
 // Kernels may still run on the FIFOs and flags: wait for them (a bounded

@@ -75,6 +75,9 @@ class DirectPath {
   // Thread-safe. Arguments are checked by the caller.
   Status registerBuffer(void* buff, size_t bytes, RegistrationKind kind, void** handle);
   Status deregisterBuffer(void* handle, RegistrationKind kind);
+  Result<Registration> registration(void* handle, RegistrationKind kind) const {
+    return registrations_.lookup(handle, kind);
+  }
 
   // Where a buffer of this rank lies, as peers see it (one line, with the
   // rest of the descriptor). Public for the implementation's helpers.

@@ -9,6 +9,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/wait.h"
+#include "core/alg_selection.h"
 #include "core/comm.h"
 
 namespace plait {
@@ -139,7 +140,10 @@ void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan)
 Status Communicator::execute(const Task& task) {
   if (task.onDevice) return runOnDevice(task);  // a kernel on the task's stream (device_path.cc)
   announce(task);
-  if (isPointToPoint(task.coll)) return runP2p({task});
+  if (isPointToPoint(task.coll)) {
+    tagged(task, task.count * typeSize(task.type), "point-to-point");
+    return runP2p({task});
+  }
   if (task.count == 0) return Status::ok();
   if (nranks_ == 1) return runLocalCopy(task);
   const size_t blockBytes = task.count * typeSize(task.type);
@@ -147,14 +151,37 @@ Status Communicator::execute(const Task& task) {
   // scattered buffer for AllGather and ReduceScatter.
   const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
   const size_t bytes = blocked ? blockBytes * nranks_ : blockBytes;
-  if (direct_ && bytes >= direct_->minBytes()) {  // registered buffers: zero-copy AllReduce / AllGather
+  const bool directAllowed = task.algos == 0 || (task.algos & kAlgoDirect) != 0;
+  if (direct_ && directAllowed && bytes >= direct_->minBytes()) {  // registered buffers: zero-copy
     PLAIT_ASSIGN_OR_RETURN(bool done, direct_->run(task));
-    if (done) return Status::ok();
+    if (done) {
+      tagged(task, bytes, "direct");
+      return Status::ok();
+    }
   }
   const Plan plan = tuner_->plan(task, bytes);
+  if (plan.refused) return unrunnableSelection(task, bytes);
   logPlanOnce(task, bytes, plan);
+  tagged(task, bytes, algorithmName(plan.algo));
   if (task.coll == CollType::kAllReduce) return runAllReduce(task, plan, bytes);
   return runRingCollective(task, plan);
+}
+
+// A call whose forced algorithm selection allows nothing that can run it.
+Status Communicator::unrunnableSelection(const Task& task, size_t bytes) const {
+  return invalidUsage(std::string("algSelection allows ") + collName(task.coll) + " only " + algoNames(task.algos) +
+                      ", and none of them can run this call of " + std::to_string(bytes) +
+                      " bytes here (oneshot: AllReduce up to the mesh's message size with every peer on it; direct: "
+                      "buffers registered with ncclCommRegister; symmetric: device buffers in symmetric windows); "
+                      "set forceAlgSelection=0 to let the tuner choose instead");
+}
+
+// A call with a profiler tag (ncclCollConfig_t.userProfilerTag) says at
+// INFO what ran for it, so the tag can be followed in the log.
+void Communicator::tagged(const Task& task, size_t bytes, const char* algo) const {
+  if (task.profilerTag == 0) return;
+  PLAIT_INFO(kColl, "%s %zu bytes, profiler tag 0x%llx: %s", collName(task.coll), bytes,
+             static_cast<unsigned long long>(task.profilerTag), algo);
 }
 
 Status Communicator::runAllReduce(const Task& task, const Plan& plan, size_t bytes) {

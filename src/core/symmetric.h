@@ -80,6 +80,11 @@ class SymmetricSpace {
   // Local. kInvalidArgument when `window` is not a live window of this space.
   Status deregisterWindow(void* window, void** localHandle);
   bool isWindow(void* window) const { return windows_.count(window) != 0; }
+  // The buffer `window` was registered with (null: not a window here).
+  void* windowBuffer(void* window) const {
+    auto it = windows_.find(window);
+    return it == windows_.end() ? nullptr : reinterpret_cast<void*>(it->second->begin);
+  }
   void attachLocalHandle(void* window, void* localHandle) {
     if (auto it = windows_.find(window); it != windows_.end()) it->second->localHandle = localHandle;
   }

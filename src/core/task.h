@@ -51,6 +51,24 @@ struct Task {
   // PreMulSum with ncclScalarDevice on device buffers: the kernel reads the
   // scalar here when it starts (op.scalar is then unused).
   const void* deviceScalar = nullptr;
+  // Per call (the nccl*Config entry points, core/call_options.h): the
+  // algorithms it may use (kAlgo* bits; 0: any) and whether a selection it
+  // cannot honour is an error; channel bounds (0: the tuner's); a tag for
+  // the logs; a CUDA event to record once the kernel is launched.
+  uint8_t algos = 0;
+  bool forceAlgos = true;
+  int minChannels = 0;
+  int maxChannels = 0;
+  uint64_t profilerTag = 0;
+  void* launchEvent = nullptr;
+};
+
+// Bits of Task::algos: Plait's algorithms, by how a call may select them.
+enum : uint8_t {
+  kAlgoRing = 1,       // the ring schedules (host and device)
+  kAlgoOneShot = 2,    // host AllReduce: every rank pushes to every peer
+  kAlgoDirect = 4,     // registered buffers read in place (core/direct.h)
+  kAlgoSymmetric = 8,  // device buffers in symmetric windows (no FIFO)
 };
 
 }  // namespace plait

@@ -107,9 +107,24 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
                            task.coll == CollType::kAllReduce;
   const double tOne = oneShotFits ? oneShotUs(bytes) : 1e30;
   const Plan ring = ringPlan(task, bytes);
-  plan.algo = tOne <= ring.predictedUs ? Algorithm::kOneShot : Algorithm::kRing;
-  if (forced_ == static_cast<int>(Algorithm::kRing)) plan.algo = Algorithm::kRing;
-  if (forced_ == static_cast<int>(Algorithm::kOneShot) && oneShotFits) plan.algo = Algorithm::kOneShot;
+  bool ringOk = true, oneOk = oneShotFits;
+  if (task.algos != 0) {  // the call's own selection
+    ringOk = (task.algos & kAlgoRing) != 0;
+    oneOk = oneShotFits && (task.algos & kAlgoOneShot) != 0;
+    if (!ringOk && !oneOk) {
+      if (task.forceAlgos) {
+        plan.refused = true;
+        return plan;
+      }
+      ringOk = true;
+      oneOk = oneShotFits;
+    }
+  } else if (forced_ == static_cast<int>(Algorithm::kRing)) {
+    oneOk = false;
+  } else if (forced_ == static_cast<int>(Algorithm::kOneShot) && oneShotFits) {
+    ringOk = false;
+  }
+  plan.algo = oneOk && (!ringOk || tOne <= ring.predictedUs) ? Algorithm::kOneShot : Algorithm::kRing;
   if (plan.algo == Algorithm::kOneShot) {
     plan.predictedUs = tOne;
     plan.sliceBytes = bytes;
@@ -119,11 +134,18 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
   return ring;
 }
 
+int Tuner::boundedChannels(const Task& task, int channels, int most) {
+  if (task.minChannels > 0) channels = std::max(channels, task.minChannels);
+  if (task.maxChannels > 0) channels = std::min(channels, task.maxChannels);
+  return std::clamp(channels, 1, std::max(1, most));
+}
+
 Plan Tuner::ringPlan(const Task& task, size_t bytes) const {
   Plan plan;
   // More channels only pay when each gets a useful share of the buffer.
   int channels = in_.nChannels;
   while (channels > 1 && bytes / static_cast<size_t>(channels) < (size_t(256) << 10)) --channels;
+  channels = boundedChannels(task, channels, in_.nChannels);
   plan.algo = Algorithm::kRing;
   plan.nChannels = channels;
   plan.predictedUs = ringUs(task.coll, bytes, channels);
@@ -137,6 +159,7 @@ Plan Tuner::devicePlan(const Task& task, size_t bytes, int maxChannels) const {
   const size_t wanted = (bytes + kBytesPerChannel - 1) / kBytesPerChannel;
   plan.algo = Algorithm::kRing;
   plan.nChannels = static_cast<int>(std::clamp<size_t>(wanted, 1, static_cast<size_t>(std::max(1, maxChannels))));
+  plan.nChannels = boundedChannels(task, plan.nChannels, maxChannels);
   plan.predictedUs = ringUs(task.coll, bytes, plan.nChannels);
   fillRingSlicing(bytes, &plan);
   return plan;

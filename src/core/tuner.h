@@ -29,6 +29,9 @@ struct Plan {
   size_t chunkBytes = 0;  // bytes per rank per ring loop
   bool nonTemporal = false;
   double predictedUs = 0;
+  // Set when the task's algorithm selection (Task::algos, forced) leaves it
+  // no algorithm the tuner can run: the plan must not run.
+  bool refused = false;
   std::string toString() const;
 };
 
@@ -47,6 +50,9 @@ class Tuner {
  public:
   explicit Tuner(const TunerInputs& inputs);
   // Never fails: an unknown forced algorithm was reported at construction.
+  // The task's own selection (Task::algos) replaces PLAIT_ALGO; one that
+  // allows nothing runnable gives a refused plan when forced, else is
+  // ignored. Channels stay within the task's bounds.
   Plan plan(const Task& task, size_t bytes) const;
   // The ring plan for this task whatever the cost model prefers (the CUDA
   // executor has ring schedules only). Never kCopy: callers handle one rank.
@@ -62,6 +68,8 @@ class Tuner {
   double oneShotUs(size_t bytes) const;
   double ringUs(CollType coll, size_t bytes, int nChannels) const;
   void fillRingSlicing(size_t bytes, Plan* plan) const;
+  // `channels` within the task's bounds and [1, most].
+  static int boundedChannels(const Task& task, int channels, int most);
 
   TunerInputs in_;
   int forced_ = -1;  // Algorithm forced by PLAIT_ALGO, or -1

@@ -76,7 +76,8 @@ class CudaExecutor final : public DeviceBackend {
   ~CudaExecutor() override;
   Status init();
   Status enqueue(const Task& task, const DevicePlan& plan) override;
-  Status enqueueP2p(const std::vector<DeviceP2pRequest>& requests, const std::vector<void*>& streams) override;
+  Status enqueueP2p(const std::vector<DeviceP2pRequest>& requests, const std::vector<void*>& streams,
+                    void* launchEvent) override;
   Status enqueueSymmetric(const Task& task, const SymmetricPlan& plan) override;
   Status asyncError() const override;
   void abort() override;
@@ -101,7 +102,11 @@ class CudaExecutor final : public DeviceBackend {
   Status buildWork(const Task& task, const DevicePlan& plan, DeviceWork* w, int* nChannels) const;
   Status track(cudaStream_t stream);
   Status join(cudaStream_t waiter, cudaStream_t waited);
-  template <class Launch> Status launchJoined(const std::vector<cudaStream_t>& users, const char* what, Launch launch);
+  // Launches on the communicator's stream joined with the users' (or on the
+  // first user's while it is captured); `event` (a launchCompletionEvent,
+  // or null) is recorded on the launch stream right after the kernel.
+  template <class Launch>
+  Status launchJoined(const std::vector<cudaStream_t>& users, const char* what, void* event, Launch launch);
 
   DeviceBackendSetup setup_;
   std::string description_;
@@ -315,7 +320,7 @@ Status CudaExecutor::enqueue(const Task& task, const DevicePlan& plan) {
   DeviceWork work;
   int nChannels = 1;
   PLAIT_RETURN_IF_ERROR(buildWork(task, plan, &work, &nChannels));
-  return launchJoined({static_cast<cudaStream_t>(task.cudaStream)}, collName(task.coll),
+  return launchJoined({static_cast<cudaStream_t>(task.cudaStream)}, collName(task.coll), task.launchEvent,
                       [&](cudaStream_t stream) { return launchCollective(work, nChannels, stream); });
 }
 
@@ -346,7 +351,7 @@ Status CudaExecutor::enqueueSymmetric(const Task& task, const SymmetricPlan& pla
   const int nBlocks = std::clamp(plan.nBlocks, 1, kMaxSymmetricBlocks);
   if (const char* why = validateSymmetricWork(w, nBlocks))
     return internalError(std::string("symmetric work for ") + collName(task.coll) + " is invalid: " + why);
-  return launchJoined({static_cast<cudaStream_t>(task.cudaStream)}, collName(task.coll),
+  return launchJoined({static_cast<cudaStream_t>(task.cudaStream)}, collName(task.coll), task.launchEvent,
                       [&](cudaStream_t stream) { return launchSymmetric(w, nBlocks, stream); });
 }
 
@@ -355,7 +360,8 @@ Status CudaExecutor::enqueueSymmetric(const Task& task, const SymmetricPlan& pla
 // is captured into a graph the launch goes there directly (the graph orders
 // it; its replays run outside this communicator's stream).
 template <class Launch>
-Status CudaExecutor::launchJoined(const std::vector<cudaStream_t>& users, const char* what, Launch launch) {
+Status CudaExecutor::launchJoined(const std::vector<cudaStream_t>& users, const char* what, void* event,
+                                  Launch launch) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(users[0], &capture) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -369,6 +375,12 @@ Status CudaExecutor::launchJoined(const std::vector<cudaStream_t>& users, const 
     (void)cudaGetLastError();
     return cudaFailure(err, std::string("launching the ") + what + " kernel");
   }
+  if (event != nullptr) {
+    if (cudaError_t e = cudaEventRecord(static_cast<cudaEvent_t>(event), stream); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return cudaFailure(e, std::string("recording the launchCompletionEvent of the ") + what + " kernel");
+    }
+  }
   for (size_t i = direct ? 1 : 0; i < users.size(); ++i) {
     if (DeviceGroupScope* group = DeviceGroupScope::current(); !direct && group != nullptr) {
       group->defer(this, users[i]);  // at the end of the group (ncclGroupEnd)
@@ -381,7 +393,8 @@ Status CudaExecutor::launchJoined(const std::vector<cudaStream_t>& users, const 
 
 // Lanes: every send to a peer in one, every receive from it in another
 // (a FIFO has one producer and one consumer), copies in their own.
-Status CudaExecutor::enqueueP2p(const std::vector<DeviceP2pRequest>& requests, const std::vector<void*>& streams) {
+Status CudaExecutor::enqueueP2p(const std::vector<DeviceP2pRequest>& requests, const std::vector<void*>& streams,
+                                void* launchEvent) {
   if (streams.empty()) return Status::ok();
   if (AtomicRef<uint32_t>(control_[kAbortWord]).load(mo::acquire) != 0)
     return invalidUsage("the communicator was aborted");
@@ -434,7 +447,8 @@ Status CudaExecutor::enqueueP2p(const std::vector<DeviceP2pRequest>& requests, c
   ScopedDevice scope(setup_.cudaDev);
   std::vector<cudaStream_t> users;
   for (void* st : streams) users.push_back(static_cast<cudaStream_t>(st));
-  return launchJoined(users, "point-to-point", [&](cudaStream_t stream) { return launchP2p(*work, stream); });
+  return launchJoined(users, "point-to-point", launchEvent,
+                      [&](cudaStream_t stream) { return launchP2p(*work, stream); });
 }
 
 // Makes `waiter` wait for the work enqueued on `waited` so far.

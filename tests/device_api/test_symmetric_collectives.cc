@@ -49,6 +49,12 @@ uint64_t symmetricLaunches() {
 #endif
 }
 
+#if defined(PLAIT_DEVICE_EMULATION)
+constexpr bool kEmulated = true;
+#else
+constexpr bool kEmulated = false;
+#endif
+
 int deviceFor(int rank) {
   int count = 1;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) count = 1;
@@ -294,6 +300,64 @@ TEST_CASE("A user's PreMulSum on window buffers runs the ring, each rank's own s
     CHECK(ncclRedOpDestroy(ops[r], team[r].comm) == ncclSuccess);
   }
   CHECK(symmetricLaunches() == before);
+}
+
+// NCCL 2.32's per-call configuration on device buffers: "ring" keeps window
+// buffers off the symmetric kernel, the default takes it, "symmetric" alone
+// outside windows is refused (ncclInvalidUsage, nothing launched), and the
+// launchCompletionEvent is recorded once the kernel is launched.
+TEST_CASE("ncclAllReduceConfig on device buffers: algorithm selection and the launch event", "[symmetric][emu]") {
+  Team team(2);
+  for (int r = 0; r < 2; ++r) {
+    std::vector<float> in(1000, static_cast<float>(r + 1));
+    REQUIRE(cudaMemcpy(team[r].send, in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  cudaEvent_t events[2];
+  for (auto& e : events) REQUIRE(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
+  auto allReduce = [&](const char* selection, bool withEvent, ncclResult_t want) {
+    ncclCollConfig_t c[2] = {NCCL_COLLCONFIG_INITIALIZER, NCCL_COLLCONFIG_INITIALIZER};
+    REQUIRE(ncclGroupStart() == ncclSuccess);
+    for (int r = 0; r < 2; ++r) {
+      c[r].algSelection = selection;
+      if (withEvent) c[r].launchCompletionEvent = events[r];
+      CHECK(ncclAllReduceConfig(team[r].send, team[r].recv, 1000, ncclFloat32, ncclSum, team[r].comm,
+                                team[r].stream, &c[r]) == want);
+    }
+    CHECK(ncclGroupEnd() == ncclSuccess);
+    for (int r = 0; r < 2; ++r) {
+      REQUIRE(cudaStreamSynchronize(team[r].stream) == cudaSuccess);
+      if (want != ncclSuccess) continue;
+      std::vector<float> out(1000);
+      REQUIRE(cudaMemcpy(out.data(), team[r].recv, out.size() * sizeof(float), cudaMemcpyDeviceToHost) ==
+              cudaSuccess);
+      CHECK(out.front() == 3.0f);
+      CHECK(out.back() == 3.0f);
+      if (withEvent) CHECK(cudaEventQuery(events[r]) == cudaSuccess);
+    }
+  };
+  // Which kernel ran is counted by the emulator only (0 on a GPU).
+  const uint64_t perCall = kEmulated ? 2 : 0;
+  uint64_t before = symmetricLaunches();
+  allReduce("ring", true, ncclSuccess);
+  CHECK(symmetricLaunches() == before);
+  allReduce(nullptr, false, ncclSuccess);
+  CHECK(symmetricLaunches() == before + perCall);
+  before = symmetricLaunches();
+  allReduce("symmetric", true, ncclSuccess);
+  CHECK(symmetricLaunches() == before + perCall);
+  // Outside windows the symmetric kernel cannot run: refused when forced.
+  void* plain[2] = {};
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(cudaSetDevice(deviceFor(r)) == cudaSuccess);
+    REQUIRE(cudaMalloc(&plain[r], 1000 * sizeof(float)) == cudaSuccess);
+    ncclCollConfig_t c = NCCL_COLLCONFIG_INITIALIZER;
+    c.algSelection = "symmetric";
+    CHECK(ncclAllReduceConfig(plain[r], plain[r], 1000, ncclFloat32, ncclSum, team[r].comm, team[r].stream, &c) ==
+          ncclInvalidUsage);
+    CHECK_THAT(ncclGetLastError(team[r].comm), Catch::Contains("allows AllReduce only symmetric"));
+    CHECK(cudaFree(plain[r]) == cudaSuccess);
+  }
+  for (auto& e : events) CHECK(cudaEventDestroy(e) == cudaSuccess);
 }
 
 // The barriers count launches in device memory, not in the kernel's

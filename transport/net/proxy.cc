@@ -67,15 +67,16 @@ Status NetConnector::attach(const PlaitNetV8& net, void* comm) {
   const size_t hostBytes = gpu_ ? kFifoControlBytes : shape_.totalBytes();
   if (net.regMr(comm, memory_.get(), hostBytes, kNetPtrHost, &mhandle_) != 0) {
     std::string why = takeNetError();
-    return systemError("registering " + std::to_string(hostBytes) + " bytes of FIFO memory for rank " +
-                       std::to_string(peer_) + (why.empty() ? "" : ": " + why));
+    return Status(Code::kSystemError, "registering " + std::to_string(hostBytes) + " bytes of FIFO memory for rank " +
+                                          std::to_string(peer_) + (why.empty() ? "" : ": " + why));
   }
   if (gpu_ && net.regMrDmaBuf(comm, gpuSteps_.ptr, gpuSteps_.bytes, kNetPtrCuda, gpuSteps_.offset, gpuSteps_.fd,
                               &stepsHandle_) != 0) {
     std::string why = takeNetError();
-    return systemError("registering the " + std::to_string(gpuSteps_.bytes) + "-byte GPU step buffers for rank " +
-                       std::to_string(peer_) + " as a dmabuf (GPUDirect RDMA; PLAIT_NET_GDR=0 keeps them in host "
-                       "memory)" + (why.empty() ? "" : ": " + why));
+    return Status(Code::kSystemError, "registering the " + std::to_string(gpuSteps_.bytes) +
+                                          "-byte GPU step buffers for rank " + std::to_string(peer_) +
+                                          " as a dmabuf (GPUDirect RDMA; PLAIT_NET_GDR=0 keeps them in host memory)" +
+                                          (why.empty() ? "" : ": " + why));
   }
   return Status::ok();
 }

@@ -4,7 +4,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -46,7 +45,7 @@ Status registerDmaBuf(void* data, size_t size, uint64_t offset, int fd, void** m
   void* m = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
   if (m == MAP_FAILED)
     return systemError("mapping dmabuf fd " + std::to_string(fd) + " (" + std::to_string(size) + " bytes at offset " +
-                       std::to_string(offset) + "): " + std::strerror(errno));
+                       std::to_string(offset) + ")");
   auto* r = new Region{static_cast<char*>(data), size, m, length, skew};
   std::lock_guard<std::mutex> lock(gMu);
   regions().insert(r);
