@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -45,13 +46,15 @@ struct MemfdRange {
   }
 };
 
-// NetGpuMemory over memfds; counts what the proxy asks of it.
+// NetGpuMemory over memfds; counts what the proxy asks of it. Both ranks'
+// threads share one, so it locks.
 class FakeGpuMemory final : public NetGpuMemory {
  public:
   std::string description() const override { return "fake GPU"; }
   Result<Buffer> allocate(size_t bytes) override {
     auto range = std::make_unique<MemfdRange>(bytes);
     Buffer b{range->view, bytes, ::dup(range->fd), 0};
+    std::lock_guard<std::mutex> lock(mutex_);
     ranges_.push_back(std::move(range));
     allocated.fetch_add(1);
     return b;
@@ -70,6 +73,7 @@ class FakeGpuMemory final : public NetGpuMemory {
   std::atomic<int> allocated{0}, released{0}, flushes{0};
 
  private:
+  std::mutex mutex_;
   std::vector<std::unique_ptr<MemfdRange>> ranges_;  // alive as long as this object
 };
 
