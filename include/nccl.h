@@ -364,6 +364,31 @@ PLAIT_DECLARE(ncclResult_t, GroupStart, (void));
 PLAIT_DECLARE(ncclResult_t, GroupEnd, (void));
 PLAIT_DECLARE(ncclResult_t, GroupSimulateEnd, (ncclSimInfo_t* simInfo));
 
+/* ---- Parameters (NCCL 2.32) ------------------------------------------- */
+/* Plait's tunables by key: NCCL's spelling (NCCL_NCHANNELS), Plait's
+ * (PLAIT_NCHANNELS) or the bare name. A handle belongs to the library. An
+ * integer that does not fit the requested type, or a string parameter read
+ * as an integer, is an error naming both. Returned strings and tables stay
+ * valid until the same thread's next call of the same function. */
+typedef struct ncclParamHandle* ncclParamHandle_t;
+PLAIT_DECLARE(ncclResult_t, ParamBind, (ncclParamHandle_t* out, const char* key));
+PLAIT_DECLARE(ncclResult_t, ParamGetI8, (ncclParamHandle_t h, int8_t* out));
+PLAIT_DECLARE(ncclResult_t, ParamGetI16, (ncclParamHandle_t h, int16_t* out));
+PLAIT_DECLARE(ncclResult_t, ParamGetI32, (ncclParamHandle_t h, int32_t* out));
+PLAIT_DECLARE(ncclResult_t, ParamGetI64, (ncclParamHandle_t h, int64_t* out));
+PLAIT_DECLARE(ncclResult_t, ParamGetU8, (ncclParamHandle_t h, uint8_t* out));
+PLAIT_DECLARE(ncclResult_t, ParamGetU16, (ncclParamHandle_t h, uint16_t* out));
+PLAIT_DECLARE(ncclResult_t, ParamGetU32, (ncclParamHandle_t h, uint32_t* out));
+PLAIT_DECLARE(ncclResult_t, ParamGetU64, (ncclParamHandle_t h, uint64_t* out));
+PLAIT_DECLARE(ncclResult_t, ParamGetStr, (ncclParamHandle_t h, const char** out));
+/* Integers as 8 bytes (int64_t), strings with their NUL; *len is set even
+ * when maxLen is too small (an error). */
+PLAIT_DECLARE(ncclResult_t, ParamGet, (ncclParamHandle_t h, void* out, int maxLen, int* len));
+PLAIT_DECLARE(ncclResult_t, ParamGetParameter, (const char* key, const char** value, int* valueLen));
+PLAIT_DECLARE(ncclResult_t, ParamGetAllParameterKeys, (const char*** table, int* tableLen));
+/* Every parameter and where its value came from, at NCCL_DEBUG=INFO (ENV). */
+PLAIT_DECLARE(void, ParamDumpAll, (void));
+
 #undef PLAIT_DECLARE
 
 #ifdef __cplusplus
