@@ -267,6 +267,23 @@ PLAIT_DECLARE(ncclResult_t, CommShrink,
               (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
                ncclConfig_t* config, int shrinkFlags));
 
+/* NCCL 2.32: giving GPU memory back while a communicator is idle. Both calls
+ * are collective. NCCL_SUSPEND_MEM releases the device path's connections
+ * (FIFOs, P2P blocks, network steps in GPU memory); until ncclCommResume
+ * every operation on comm is ncclInvalidUsage. Without the flag suspend does
+ * nothing. A communicator whose kernels were captured into a CUDA graph
+ * cannot suspend its memory. */
+#define NCCL_SUSPEND_MEM 0x01
+PLAIT_DECLARE(ncclResult_t, CommSuspend, (ncclComm_t comm, int flags));
+PLAIT_DECLARE(ncclResult_t, CommResume, (ncclComm_t comm));
+typedef enum {
+  ncclStatGpuMemSuspend = 0,   /* bytes the communicator allocated that suspend releases */
+  ncclStatGpuMemSuspended = 1, /* 1 while suspended, else 0 */
+  ncclStatGpuMemPersist = 2,   /* bytes it allocated that stay while suspended */
+  ncclStatGpuMemTotal = 3      /* the two together */
+} ncclCommMemStat_t;
+PLAIT_DECLARE(ncclResult_t, CommMemStats, (ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value));
+
 /* ---- Errors and queries ------------------------------------------------ */
 PLAIT_DECLARE(const char*, GetErrorString, (ncclResult_t result));
 /* The last error message of this thread (comm may be NULL). */

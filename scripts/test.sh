@@ -29,7 +29,8 @@ if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then
   # runtime: only the targets the emulation tests need are built. It needs
   # the CUDA toolkit's headers (not a GPU, not libcudart).
   if [[ -f /usr/local/cuda/include/cuda_runtime_api.h ]] || command -v nvcc >/dev/null; then
-    TSAN_TARGETS="device_compile_check test_emu_runtime emu_fault_check test_emu_device_buffers test_device_stream test_device_transports"
+    TSAN_TARGETS="device_compile_check test_emu_runtime emu_fault_check test_emu_device_buffers test_device_stream test_device_transports
+      test_device_suspend"
     # The collective matrix on device buffers (tests/emu/device_staging.h),
     # the drop-in program against NVIDIA's headers, and nccl_device.h's device
     # code (test_device_api_lsa: not under TSan, it reserves 16 GiB of

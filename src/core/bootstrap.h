@@ -30,6 +30,7 @@
 #include "base/socket.h"
 #include "nccl.h"
 #include "plait/status.hpp"
+#include "transport/oob.h"
 
 namespace plait {
 
@@ -166,6 +167,19 @@ class Bootstrap {
   // Guards the socket tables against abort() shutting them down concurrently.
   mutable std::mutex socketsMu_;
 
+};
+
+// The bootstrap, seen by transports as an out-of-band exchange.
+class BootstrapOob final : public OobExchange {
+ public:
+  explicit BootstrapOob(Bootstrap& b) : b_(b) {}
+  int rank() const override { return b_.rank(); }
+  int nranks() const override { return b_.nranks(); }
+  Status allGather(void* data, size_t bytes, Deadline d) override { return b_.allGather(data, bytes, d); }
+  Status barrier(Deadline d) override { return b_.barrier(d); }
+
+ private:
+  Bootstrap& b_;
 };
 
 }  // namespace plait

@@ -30,19 +30,6 @@ PLAIT_PARAM_INT(kP2pStepBytes, "SHM_P2P_STEP_BYTES", 64 << 10, "bytes per step o
 PLAIT_PARAM_INT(kP2pSteps, "SHM_P2P_STEPS", 8, "steps per point-to-point FIFO");
 PLAIT_PARAM_INT(kMeshMaxRanks, "SHM_MESH_MAX_RANKS", 16, "largest number of local ranks connected all to all");
 
-// The bootstrap, seen by transports as an out-of-band exchange.
-class BootstrapOob final : public OobExchange {
- public:
-  explicit BootstrapOob(Bootstrap& b) : b_(b) {}
-  int rank() const override { return b_.rank(); }
-  int nranks() const override { return b_.nranks(); }
-  Status allGather(void* data, size_t bytes, Deadline d) override { return b_.allGather(data, bytes, d); }
-  Status barrier(Deadline d) override { return b_.barrier(d); }
-
- private:
-  Bootstrap& b_;
-};
-
 // Off by default: on this project's VM process_vm_readv copies at 1.5-5.6
 // GB/s where memcpy does 6-54 (page walks under virtualisation), so the
 // two-copy FIFO pipeline wins. On bare metal it is worth trying.
@@ -232,6 +219,8 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   PLAIT_ASSIGN_OR_RETURN(shm_, ShmTransport::connect(oob, so, deadline));
   PLAIT_ASSIGN_OR_RETURN(cma_, probeCma(*bootstrap_, so.localRanks, deadline));
   PLAIT_ASSIGN_OR_RETURN(direct_, DirectPath::create(oob, shm_.get(), deadline));
+  deviceHostOptions_ = so;
+  hostOf_ = hostOf;
   PLAIT_RETURN_IF_ERROR(connectDevice(oob, so, hostOf, deadline));
 
   TunerInputs ti;

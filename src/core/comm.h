@@ -108,6 +108,22 @@ class Communicator {
   Result<SplitResult> split(int color, int key);
   // The predicted time of an operation (ncclGroupSimulateEnd).
   double estimateUs(const Task& task) const;
+  // ncclCommSuspend / ncclCommResume (comm_suspend.cc), collective. With
+  // kSuspendMem, suspend waits for this rank's kernels, agrees with every
+  // rank, and releases the device path's connections (FIFOs, P2P blocks,
+  // network steps in GPU memory); operations are then refused until resume
+  // connects them again. Without it, nothing happens (as NCCL).
+  static constexpr int kSuspendMem = 0x01;
+  Status suspend(int flags);
+  Status resume();
+  bool suspended() const { return suspended_.load(std::memory_order_acquire); }
+  // ncclCommMemStats: GPU memory this communicator allocated itself.
+  struct MemStats {
+    uint64_t suspendable = 0;  // the device path's connections (kept as they were while suspended)
+    uint64_t persistent = 0;   // the device API's structures and signal memory
+    bool suspended = false;
+  };
+  MemStats memStats() const;
 
  private:
   Status initSteps(const ncclUniqueId& id, const CommOptions& options);
@@ -127,6 +143,10 @@ class Communicator {
   std::optional<SymmetricPlan> symmetricPlan(const Task& task) const;
   Status runDeviceP2p(const std::vector<Task>& tasks);
   void releaseDevice();
+  uint64_t deviceConnectionBytes() const;
+  // Every rank's answer to one suspend/resume step; the first refusal is
+  // every rank's error.
+  Status agreeOnSuspend(const char* call, const Status& mine, int flags, Deadline deadline);
   Status execute(const Task& task);
   template <class Body> Status guarded(const char* what, Body body);
   Status runAllReduce(const Task& task, const Plan& plan, size_t bytes);
@@ -175,6 +195,10 @@ class Communicator {
   std::unique_ptr<DeviceBackend> device_;    // null: device buffers are refused with deviceUnavailable_
   std::unique_ptr<SymmetricSpace> symmetric_;  // the device API's windows; made on first use
   Status deviceUnavailable_;
+  ShmTransportOptions deviceHostOptions_;  // what connectDevice got at init (resume connects again)
+  std::vector<uint64_t> hostOf_;          // per rank: its host
+  std::atomic<bool> suspended_{false};
+  uint64_t suspendedBytes_ = 0;           // deviceConnectionBytes() when suspended
   uint64_t collSeq_ = 0;            // collectives (not Send/Recv) started, counted alike on every rank
   mutable std::atomic<bool> disagreed_{false};  // board_ saw ranks in different collectives  // registrations; zero-copy collectives when every rank is local
   std::vector<int> ringPositions_;  // per channel: this rank's position in that ring

@@ -35,7 +35,7 @@ std::string Communicator::deviceApiRefusal() const {
       return "ranks " + std::to_string(rank_) + " and " + std::to_string(q) +
              " (one LSA team) do not reach each other by CUDA P2P (" + path + ")";
   }
-  if (Status s = device_->symmetric().probe(); !s.isOk()) return s.message();
+  if (Status s = device_->symmetric()->probe(); !s.isOk()) return s.message();
   return std::string();
 }
 
@@ -47,7 +47,7 @@ Status Communicator::ensureSymmetric() {
   setup.lsaSize = lsaSize_;
   setup.pids = pids_;
   setup.bootstrap = bootstrap_.get();
-  setup.memory = &device_->symmetric();
+  setup.memory = device_->symmetric();
   setup.abortFlag = &abortFlag_;
   setup.timeoutMs = timeoutMs_;
   setup.refusal = deviceApiRefusal();
@@ -90,6 +90,8 @@ std::optional<SymmetricPlan> Communicator::symmetricPlan(const Task& task) const
 
 Status Communicator::registerWindow(void* buff, size_t bytes, int flags, void** win) {
   if (!direct_) return invalidUsage("the communicator is not initialised");
+  if ((flags & NCCL_WIN_COLL_SYMMETRIC) != 0 && suspended())
+    return invalidUsage("a symmetric window on a suspended communicator (ncclCommSuspend): ncclCommResume first");
   if ((flags & NCCL_WIN_COLL_SYMMETRIC) == 0 || !device_)
     return direct_->registerBuffer(buff, bytes, RegistrationKind::kWindow, win);
   if (aborted()) return invalidUsage("the communicator was aborted");
@@ -128,6 +130,7 @@ Result<void*> Communicator::windowBuffer(void* win) const {
 }
 
 Status Communicator::createDevComm(const ncclDevCommRequirements& reqs, ncclDevComm* out) {
+  if (suspended()) return invalidUsage("the communicator is suspended (ncclCommSuspend): ncclCommResume first");
   if (!device_)
     return invalidUsage("this communicator cannot use the device API: it has no CUDA device (" +
                         deviceUnavailable_.message() + ")");

@@ -142,6 +142,9 @@ class SymmetricMemory {
   // Zeroed VMM memory of at least `bytes` on this rank's device, and its release.
   virtual Result<void*> allocateZeroed(size_t bytes) = 0;
   virtual Status release(void* ptr) = 0;
+  // Device memory held now through upload() and allocateZeroed() (not
+  // mappings of peers' memory): ncclCommMemStats' persistent bytes.
+  virtual uint64_t bytesHeld() const = 0;
 };
 
 class DeviceBackend {
@@ -185,7 +188,15 @@ class DeviceBackend {
   // or "SHM (<why not P2P>)". For the INFO line per peer.
   virtual std::string peerPath(int peer) const = 0;
   // The device API's memory operations (never null for a live backend).
-  virtual SymmetricMemory& symmetric() = 0;
+  // Shared: the device API's windows keep it while the backend is
+  // re-created (ncclCommSuspend / ncclCommResume).
+  virtual std::shared_ptr<SymmetricMemory> symmetric() = 0;
+  // Device memory this backend allocated for its FIFOs (P2P blocks): what
+  // ncclCommSuspend releases, with the network steps in GPU memory.
+  virtual uint64_t gpuBytes() const = 0;
+  // Some kernel went into a CUDA graph being captured: the graph holds this
+  // backend's addresses, so the backend must outlive it (no suspend).
+  virtual bool captured() const = 0;
 };
 
 using DeviceBackendFactory = Result<std::unique_ptr<DeviceBackend>> (*)(const DeviceBackendSetup& setup);

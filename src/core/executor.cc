@@ -30,6 +30,9 @@ Status Communicator::guarded(const char* what, Body body) {
     Status s = asyncError();
     return Status(s.code(), "the communicator is broken by an earlier error: " + s.message());
   }
+  if (suspended())
+    return invalidUsage(std::string(what) +
+                        ": the communicator is suspended (ncclCommSuspend); call ncclCommResume on every rank first");
   log::ScopedLogRank logRank(rank_);
   ScopedWaitCheck agreement(agreementCheck());
   ++opCount_;

@@ -51,7 +51,7 @@ struct SymmetricSetup {
   int lsaSize = 1;
   std::vector<int> pids;  // per world rank
   Bootstrap* bootstrap = nullptr;
-  SymmetricMemory* memory = nullptr;
+  std::shared_ptr<SymmetricMemory> memory;
   const std::atomic<uint32_t>* abortFlag = nullptr;
   int64_t timeoutMs = 0;  // each collective step's deadline
   // Why this rank cannot use the device API ("" when it can): the ranks
@@ -66,6 +66,8 @@ class SymmetricSpace {
   // and reserves the flat range.
   static Result<std::unique_ptr<SymmetricSpace>> create(const SymmetricSetup& setup);
   ~SymmetricSpace();
+  // Device memory the space holds itself (windows' structures, signals).
+  uint64_t deviceBytes() const { return memory_ ? memory_->bytesHeld() : 0; }
   SymmetricSpace(const SymmetricSpace&) = delete;
   SymmetricSpace& operator=(const SymmetricSpace&) = delete;
 
@@ -141,7 +143,7 @@ class SymmetricSpace {
 
   int rank_, nranks_, lsaSize_, lsaRank_;
   Bootstrap* bootstrap_;
-  SymmetricMemory* memory_;
+  std::shared_ptr<SymmetricMemory> memory_;  // outlives the backend across suspend / resume
   const std::atomic<uint32_t>* abortFlag_;
   int64_t timeoutMs_;
   std::string refusal_;

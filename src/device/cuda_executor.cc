@@ -86,10 +86,12 @@ class CudaExecutor final : public DeviceBackend {
   std::string peerPath(int peer) const override {
     return peer >= 0 && static_cast<size_t>(peer) < peerPaths_.size() ? peerPaths_[peer] : std::string();
   }
-  SymmetricMemory& symmetric() override {
+  std::shared_ptr<SymmetricMemory> symmetric() override {
     std::call_once(symmetricOnce_, [&] { symmetric_ = device::makeSymmetricMemory(setup_.cudaDev); });
-    return *symmetric_;
+    return symmetric_;
   }
+  uint64_t gpuBytes() const override { return p2p_ ? p2p_->ownBytes() : 0; }
+  bool captured() const override { return captured_.load(std::memory_order_acquire); }
   void joinBack(void* userStream) override {
     ScopedDevice scope(setup_.cudaDev);
     Status s = join(static_cast<cudaStream_t>(userStream), internal_);
@@ -113,7 +115,8 @@ class CudaExecutor final : public DeviceBackend {
   std::unique_ptr<P2pTransport> p2p_;  // FIFOs in GPU memory to peers our device reaches; null: none
   std::vector<std::string> peerPaths_;  // per rank: how we reach it (peerPath)
   std::once_flag symmetricOnce_;
-  std::unique_ptr<SymmetricMemory> symmetric_;  // made on first use
+  std::shared_ptr<SymmetricMemory> symmetric_;  // made on first use
+  std::atomic<bool> captured_{false};  // a launch went into a graph (captured())
   std::vector<void*> registered_;      // host ranges this executor registered with CUDA
   std::vector<DeviceFifo> recv_, send_;  // per channel, device addresses
   std::vector<DeviceFifo> p2pSend_, p2pRecv_;  // per rank, device addresses (none for ourselves)
@@ -368,6 +371,7 @@ Status CudaExecutor::launchJoined(const std::vector<cudaStream_t>& users, const 
     capture = cudaStreamCaptureStatusNone;
   }
   const bool direct = capture != cudaStreamCaptureStatusNone;
+  if (direct) captured_.store(true, std::memory_order_release);
   cudaStream_t stream = direct ? users[0] : internal_;
   for (size_t i = direct ? 1 : 0; i < users.size(); ++i) PLAIT_RETURN_IF_ERROR(join(stream, users[i]));
   const cudaError_t err = launch(stream);

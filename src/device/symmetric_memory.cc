@@ -3,7 +3,9 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "device/driver_api.h"
 #include "device/peer_memory.h"
@@ -92,11 +94,13 @@ class CudaSymmetricMemory final : public SymmetricMemory {
       (void)cudaFree(p);
       return cudaFailed("cudaMemcpy", err);
     }
+    hold(p, bytes);
     return p;
   }
 
   void freeUpload(void* device) override {
     ScopedDevice scope(dev_);
+    drop(device);
     if (cudaFree(device) != cudaSuccess) (void)cudaGetLastError();
   }
 
@@ -109,24 +113,48 @@ class CudaSymmetricMemory final : public SymmetricMemory {
       (void)vmm::release(p, &why);
       return cudaFailed("cudaMemset", err);
     }
+    const size_t g = granularity();  // what vmm::allocate rounds to
+    hold(p, (bytes + g - 1) / g * g);
     return p;
   }
 
   Status release(void* ptr) override {
     ScopedDevice scope(dev_);
+    drop(ptr);
     std::string why;
     if (vmm::release(ptr, &why) != vmm::Outcome::kOk) return Status(Code::kCudaError, why);
     return Status::ok();
   }
 
+  uint64_t bytesHeld() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_;
+  }
+
  private:
+  void hold(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sizes_[p] = bytes;
+    held_ += bytes;
+  }
+  void drop(void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = sizes_.find(p); it != sizes_.end()) {
+      held_ -= it->second;
+      sizes_.erase(it);
+    }
+  }
+
   const int dev_;
+  mutable std::mutex mu_;
+  std::unordered_map<void*, size_t> sizes_;  // what upload / allocateZeroed handed out
+  uint64_t held_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<SymmetricMemory> makeSymmetricMemory(int cudaDev) {
-  return std::make_unique<CudaSymmetricMemory>(cudaDev);
+std::shared_ptr<SymmetricMemory> makeSymmetricMemory(int cudaDev) {
+  return std::make_shared<CudaSymmetricMemory>(cudaDev);
 }
 
 }  // namespace plait::device

@@ -9,6 +9,6 @@
 
 namespace plait::device {
 
-std::unique_ptr<SymmetricMemory> makeSymmetricMemory(int cudaDev);
+std::shared_ptr<SymmetricMemory> makeSymmetricMemory(int cudaDev);
 
 }  // namespace plait::device

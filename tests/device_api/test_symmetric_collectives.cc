@@ -452,3 +452,39 @@ TEST_CASE("A rank without windows against ranks with them: both time out and say
   }
   CHECK(cudaFree(plain) == cudaSuccess);
 }
+
+// ncclCommSuspend releases the device path's connections but not the
+// windows: after ncclCommResume the same windows still run the symmetric
+// kernel. Their structures and signal words are the communicator's
+// persistent GPU memory (ncclCommMemStats).
+TEST_CASE("Windows outlive ncclCommSuspend and run the symmetric kernel after ncclCommResume", "[symmetric][emu]") {
+  Team team(2);
+  const Case c{Coll::kAllReduce, ncclFloat32, ncclSum, 3000, 0, false};
+  REQUIRE(runCase(team, c) == "");
+  uint64_t persistent[2] = {}, total[2] = {}, suspendable[2] = {};
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(ncclCommMemStats(team[r].comm, ncclStatGpuMemPersist, &persistent[r]) == ncclSuccess);
+    REQUIRE(ncclCommMemStats(team[r].comm, ncclStatGpuMemSuspend, &suspendable[r]) == ncclSuccess);
+    REQUIRE(ncclCommMemStats(team[r].comm, ncclStatGpuMemTotal, &total[r]) == ncclSuccess);
+    CHECK(persistent[r] > 0);  // two windows' device structures and the signal words
+    CHECK(total[r] == persistent[r] + suspendable[r]);
+  }
+  // Collective: one thread per rank.
+  auto eachRank = [&](auto call) {
+    ncclResult_t res[2] = {ncclInternalError, ncclInternalError};
+    std::thread t[2];
+    for (int r = 0; r < 2; ++r) t[r] = std::thread([&, r] { res[r] = call(team[r].comm); });
+    for (auto& th : t) th.join();
+    CHECK(res[0] == ncclSuccess);
+    CHECK(res[1] == ncclSuccess);
+  };
+  eachRank([](ncclComm_t comm) { return ncclCommSuspend(comm, NCCL_SUSPEND_MEM); });
+  for (int r = 0; r < 2; ++r) {
+    uint64_t v = 0;
+    REQUIRE(ncclCommMemStats(team[r].comm, ncclStatGpuMemPersist, &v) == ncclSuccess);
+    CHECK(v == persistent[r]);
+  }
+  eachRank([](ncclComm_t comm) { return ncclCommResume(comm); });
+  CHECK(runCase(team, Case{Coll::kAllReduce, ncclFloat32, ncclSum, 5000, 16, true}) == "");
+  CHECK(runCase(team, Case{Coll::kAllGather, ncclInt32, ncclSum, 700, 0, false}) == "");
+}

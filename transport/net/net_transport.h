@@ -116,6 +116,8 @@ class NetConnector {
 
   bool sending() const { return sending_; }
   int peer() const { return peer_; }
+  // Bytes of GPU memory holding this connector's steps (0 without GPUDirect).
+  size_t gpuBytes() const { return gpu_ ? gpuSteps_.bytes : 0; }
   FifoSender* frontSender() { return frontSend_.get(); }
   FifoReceiver* frontReceiver() { return frontRecv_.get(); }
 
@@ -188,6 +190,12 @@ class NetTransport {
   // are in GPU memory), for NCCL_DEBUG=INFO.
   const std::string& description() const { return description_; }
   bool gpuDirect() const { return gpu_ != nullptr; }
+  // Bytes of GPU memory its connectors' steps hold (ncclCommMemStats).
+  uint64_t gpuBytes() const {
+    uint64_t n = 0;
+    for (const auto& c : connectors_) n += c->gpuBytes();
+    return n;
+  }
   // The first failed connection, "rank 3: connection to 10.0.0.2:41000
   // closed by the peer", or "" when none failed. Any thread (a kernel's
   // error names the dead host with it: a kernel only sees a flag).
