@@ -102,9 +102,28 @@ typedef enum {
 #define NCCL_SHRINK_ABORT 0x01
 #define NCCL_REVOKE_DEFAULT 0x00
 
+/* ncclConfig_t.hostCftMode and .nvlsHostMode (NCCL 2.32; Plait has neither
+ * machinery: the values are checked and accepted). */
+typedef enum {
+  ncclHostCftDefault = NCCL_CONFIG_UNDEF_INT,
+  ncclHostCftEnable = 1,
+  ncclHostCftDisable = 2,
+  ncclHostCftFallback = 3
+} ncclHostCftMode_t;
+typedef enum {
+  ncclNvlsHostModeDefault = NCCL_CONFIG_UNDEF_INT,
+  ncclNvlsHostModeEnable = 0,
+  ncclNvlsHostModeDisableTransport = 1 << 0,
+  ncclNvlsHostModeDisableSymmetricMultimem = 1 << 1,
+  ncclNvlsHostModeDisable = 0x7fffffff
+} ncclNvlsHostMode_t;
+
 /* Options for ncclCommInitRankConfig / ncclCommSplit. Always start from
- * NCCL_CONFIG_INITIALIZER; fields left at NCCL_CONFIG_UNDEF_* take defaults. */
-typedef struct ncclConfig_v22800 {
+ * NCCL_CONFIG_INITIALIZER; fields left at NCCL_CONFIG_UNDEF_* take defaults.
+ * Fields are only ever appended: Plait reads no further than the caller's
+ * `size` (a program built against an older nccl.h passes a shorter one).
+ * Every value is checked; src/api/comm_config.cc says which Plait acts on. */
+typedef struct ncclConfig_v23200 {
   size_t size;          /* sizeof(ncclConfig_t) of the caller's header */
   unsigned int magic;   /* 0xcafebeef */
   unsigned int version; /* NCCL_VERSION_CODE of the caller's header */
@@ -122,6 +141,16 @@ typedef struct ncclConfig_v22800 {
   int nvlsCTAs;
   int nChannelsPerNetPeer;
   int nvlinkCentricSched;
+  /* NCCL 2.29 - 2.32 */
+  int graphUsageMode;      /* 0, 1 or 2 */
+  int numRmaCtx;           /* >= 0 */
+  int maxP2pPeers;         /* >= 1 */
+  int graphStreamOrdering; /* 0 or 1 */
+  int launchOrderImplicit; /* 0 or 1 */
+  int numRmaSig;           /* >= 0 */
+  int rmaEagerInit;        /* 0 or 1 */
+  int hostCftMode;         /* ncclHostCftMode_t */
+  int nvlsHostMode;        /* ncclNvlsHostMode_t flags */
 } ncclConfig_t;
 
 #define NCCL_CONFIG_INITIALIZER                                                    \
@@ -130,6 +159,9 @@ typedef struct ncclConfig_v22800 {
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,       \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,       \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,       \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,       \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,       \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,       \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,       \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT                               \
   }

@@ -51,6 +51,11 @@ ncclResult_t fail(const Status& status, const char* call);
 ncclResult_t toResult(Code code);
 const char* lastError();
 
+// NCCL_CONFIG_INITIALIZER's and NCCL_COLLCONFIG_INITIALIZER's magic.
+constexpr unsigned kConfigMagic = 0xcafebeef;
+// ncclConfig_t into CommOptions (comm_config.cc); null: the defaults.
+Status readCommConfig(const ncclConfig_t* config, CommOptions* out);
+
 // Argument checks; each names the argument and its value.
 Status checkComm(ncclComm_t comm);           // live and initialised
 Status checkType(ncclDataType_t type, const char* name = "datatype");

@@ -14,7 +14,6 @@
 namespace plait::api {
 namespace {
 
-constexpr unsigned kConfigMagic = 0xcafebeef;
 constexpr unsigned kFirstCollConfigVersion = 23200;  // NCCL 2.32.0
 constexpr int kMaxExtOptions = 1024;                 // a longer list is taken for a circular one
 

@@ -15,27 +15,6 @@ using namespace plait::api;
 
 namespace {
 
-constexpr unsigned kConfigMagic = 0xcafebeef;
-
-Status readConfig(const ncclConfig_t* config, plait::CommOptions* out) {
-  if (config == nullptr) return Status::ok();
-  if (config->magic != kConfigMagic)
-    return plait::invalidArgument("config->magic is not NCCL_CONFIG_INITIALIZER's (was the config initialised?)");
-  if (config->size < offsetof(ncclConfig_t, maxCTAs) + sizeof(int))
-    return plait::invalidArgument("config->size " + std::to_string(config->size) + " is too small");
-  if (config->blocking != NCCL_CONFIG_UNDEF_INT) {
-    if (config->blocking != 0 && config->blocking != 1)
-      return plait::invalidArgument("config->blocking is " + std::to_string(config->blocking) + "; use 0 or 1");
-    out->blocking = config->blocking == 1;
-  }
-  if (config->maxCTAs != NCCL_CONFIG_UNDEF_INT) {
-    if (config->maxCTAs < 1) return plait::invalidArgument("config->maxCTAs must be at least 1");
-    out->maxChannels = config->maxCTAs;
-  }
-  if (config->commName != nullptr) out->name = config->commName;
-  return Status::ok();
-}
-
 void printVersionOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -64,7 +43,7 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, nc
   if (out == nullptr) return fail(plait::invalidArgument("comm (the output pointer) is NULL"), call);
   *out = nullptr;
   plait::CommOptions options;
-  if (Status s = readConfig(config, &options); !s.isOk()) return fail(s, call);
+  if (Status s = readCommConfig(config, &options); !s.isOk()) return fail(s, call);
   if (nranks < 1) return fail(plait::invalidArgument("nranks is " + std::to_string(nranks) + "; must be ≥ 1"), call);
   if (rank < 0 || rank >= nranks)
     return fail(plait::invalidArgument("rank is " + std::to_string(rank) + ", outside [0, " + std::to_string(nranks) +
@@ -265,7 +244,7 @@ PLAIT_API(ncclResult_t, CommSplit, (ncclComm_t comm, int color, int key, ncclCom
                                        "; must be ≥ 0 or NCCL_SPLIT_NOCOLOR"),
                 call);
   plait::CommOptions probe;
-  if (Status s = readConfig(config, &probe); !s.isOk()) return fail(s, call);
+  if (Status s = readCommConfig(config, &probe); !s.isOk()) return fail(s, call);
   plait::Result<plait::Communicator::SplitResult> split = plait::invalidUsage("comm is being destroyed or aborted");
   {
     CommUse use(comm);

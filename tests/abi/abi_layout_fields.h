@@ -2,8 +2,8 @@
 // X-macro list SIZE(type) FIELD(type, member). Included by a translation
 // unit against Plait's nccl.h and by one against NVIDIA's (the release Plait
 // tracks, fetched by scripts/fetch_nccl_headers.sh), so the test compares
-// the two layouts field by field. ncclConfig_t: the fields both releases
-// have (a newer caller's struct is longer; Plait reads it by its size).
+// the two layouts field by field (ncclConfig_t as of 2.32; a caller built
+// against an older header passes a shorter one, which Plait reads by its size).
 #pragma once
 
 #include <stddef.h>
@@ -23,6 +23,10 @@
   FIELD(ncclConfig_t, trafficClass) FIELD(ncclConfig_t, commName) FIELD(ncclConfig_t, collnetEnable)        \
   FIELD(ncclConfig_t, CTAPolicy) FIELD(ncclConfig_t, shrinkShare) FIELD(ncclConfig_t, nvlsCTAs)             \
   FIELD(ncclConfig_t, nChannelsPerNetPeer) FIELD(ncclConfig_t, nvlinkCentricSched)                          \
+  FIELD(ncclConfig_t, graphUsageMode) FIELD(ncclConfig_t, numRmaCtx) FIELD(ncclConfig_t, maxP2pPeers)        \
+  FIELD(ncclConfig_t, graphStreamOrdering) FIELD(ncclConfig_t, launchOrderImplicit)                          \
+  FIELD(ncclConfig_t, numRmaSig) FIELD(ncclConfig_t, rmaEagerInit) FIELD(ncclConfig_t, hostCftMode)          \
+  FIELD(ncclConfig_t, nvlsHostMode) SIZE(ncclConfig_t)                                                       \
   SIZE(ncclSimInfo_t) FIELD(ncclSimInfo_t, estimatedTime) SIZE(ncclUniqueId)
 
 // Fills `out` with the sizes and offsets in list order (at most `max`);

@@ -1,5 +1,5 @@
 // Plait's nccl.h against NVIDIA's newest: every field of the versioned
-// structures (ncclCollConfig_t, ncclConfigExt_t, ncclConfig_t's common part,
+// structures (ncclCollConfig_t, ncclConfigExt_t, ncclConfig_t,
 // ncclSimInfo_t, ncclUniqueId) at the same offset, the same sizes; and the
 // initializer's defaults as NCCL documents them.
 #include <catch2/catch.hpp>

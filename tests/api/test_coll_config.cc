@@ -1,7 +1,8 @@
 // NCCL 2.32's per-call configuration: the nccl*Config collectives against an
 // independent reference, algorithm selection (honoured, refused when forced,
 // ignored when not), the struct read no further than the caller's size, every
-// bad field named; and ncclWinGetUserPtr. Ranks are threads.
+// bad field named; ncclWinGetUserPtr; and ncclConfig_t's checks (communicator
+// creation), NCCL 2.32's fields read by the caller's size. Ranks are threads.
 #include <catch2/catch.hpp>
 
 #include <cstddef>
@@ -247,4 +248,103 @@ TEST_CASE("ncclWinGetUserPtr: the buffer a window was registered with", "[config
     return "";
   });
   CHECK(errors == std::vector<std::string>{});
+}
+
+// ncclConfig_t (communicator creation): every field NCCL checks is checked,
+// naming it; the fields NCCL 2.29-2.32 appended are read only when the
+// caller's size covers them.
+namespace {
+
+ncclResult_t initSolo(ncclConfig_t* config, ncclComm_t* comm) {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  return ncclCommInitRankConfig(comm, 1, id, 0, config);
+}
+
+void checkSoloWorks(ncclComm_t comm) {
+  float x = 4.0f;
+  CHECK(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, nullptr) == ncclSuccess);
+  CHECK(x == 4.0f);
+  CHECK(ncclCommDestroy(comm) == ncclSuccess);
+}
+
+}  // namespace
+
+TEST_CASE("ncclConfig_t: a value NCCL refuses is ncclInvalidArgument naming the field", "[config]") {
+  struct Bad {
+    int ncclConfig_t::*field;
+    int value;
+    const char* says;
+  };
+  const Bad bad[] = {
+      {&ncclConfig_t::blocking, 2, "config->blocking is 2; must be 0 or 1"},
+      {&ncclConfig_t::cgaClusterSize, -1, "config->cgaClusterSize is -1"},
+      {&ncclConfig_t::minCTAs, 0, "config->minCTAs is 0; must be ≥ 1"},
+      {&ncclConfig_t::maxCTAs, -3, "config->maxCTAs is -3"},
+      {&ncclConfig_t::splitShare, 5, "config->splitShare is 5"},
+      {&ncclConfig_t::collnetEnable, 2, "config->collnetEnable is 2"},
+      {&ncclConfig_t::CTAPolicy, 4, "config->CTAPolicy is 4; must be a combination of NCCL_CTA_POLICY_*"},
+      {&ncclConfig_t::shrinkShare, -1, "config->shrinkShare is -1"},
+      {&ncclConfig_t::nvlsCTAs, 0, "config->nvlsCTAs is 0"},
+      {&ncclConfig_t::nChannelsPerNetPeer, 65, "config->nChannelsPerNetPeer is 65; must be 1..64"},
+      {&ncclConfig_t::nvlinkCentricSched, 3, "config->nvlinkCentricSched is 3"},
+      {&ncclConfig_t::graphUsageMode, 3, "config->graphUsageMode is 3; must be 0, 1 or 2"},
+      {&ncclConfig_t::numRmaCtx, -2, "config->numRmaCtx is -2"},
+      {&ncclConfig_t::maxP2pPeers, 0, "config->maxP2pPeers is 0"},
+      {&ncclConfig_t::graphStreamOrdering, 2, "config->graphStreamOrdering is 2"},
+      {&ncclConfig_t::launchOrderImplicit, -1, "config->launchOrderImplicit is -1"},
+      {&ncclConfig_t::numRmaSig, -1, "config->numRmaSig is -1"},
+      {&ncclConfig_t::rmaEagerInit, 7, "config->rmaEagerInit is 7"},
+      {&ncclConfig_t::hostCftMode, 0, "config->hostCftMode is 0"},
+      {&ncclConfig_t::nvlsHostMode, -4, "config->nvlsHostMode is -4"},
+  };
+  for (const Bad& b : bad) {
+    INFO(b.says);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.*b.field = b.value;
+    ncclComm_t comm = nullptr;
+    CHECK(initSolo(&config, &comm) == ncclInvalidArgument);
+    CHECK(comm == nullptr);
+    CHECK_THAT(std::string(ncclGetLastError(nullptr)), Catch::Contains(b.says));
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.minCTAs = 4;
+  config.maxCTAs = 2;
+  ncclComm_t comm = nullptr;
+  CHECK(initSolo(&config, &comm) == ncclInvalidArgument);
+  CHECK_THAT(std::string(ncclGetLastError(nullptr)), Catch::Contains("config->minCTAs 4 exceeds config->maxCTAs 2"));
+  config = NCCL_CONFIG_INITIALIZER;
+  config.size = 8;
+  CHECK(initSolo(&config, &comm) == ncclInvalidArgument);
+  CHECK_THAT(std::string(ncclGetLastError(nullptr)), Catch::Contains("config->size 8 is too small"));
+}
+
+TEST_CASE("ncclConfig_t: NCCL 2.32's fields are accepted, and not read past an older caller's size", "[config]") {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  CHECK(config.size == sizeof(ncclConfig_t));
+  CHECK(config.nvlsHostMode == NCCL_CONFIG_UNDEF_INT);
+  config.graphUsageMode = 1;
+  config.numRmaCtx = 2;
+  config.maxP2pPeers = 8;
+  config.graphStreamOrdering = 0;
+  config.launchOrderImplicit = 1;
+  config.numRmaSig = 4;
+  config.rmaEagerInit = 1;
+  config.hostCftMode = ncclHostCftFallback;
+  config.nvlsHostMode = ncclNvlsHostModeDisableTransport | ncclNvlsHostModeDisableSymmetricMultimem;
+  config.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO;
+  ncclComm_t comm = nullptr;
+  REQUIRE(initSolo(&config, &comm) == ncclSuccess);
+  checkSoloWorks(comm);
+
+  // A program built against NCCL 2.28's nccl.h: its structure ends after
+  // nvlinkCentricSched; what lies beyond (here: values NCCL would refuse)
+  // is not its configuration.
+  config = NCCL_CONFIG_INITIALIZER;
+  config.size = offsetof(ncclConfig_t, nvlinkCentricSched) + sizeof(int);
+  config.graphUsageMode = -7;
+  config.hostCftMode = 99;
+  comm = nullptr;
+  REQUIRE(initSolo(&config, &comm) == ncclSuccess);
+  checkSoloWorks(comm);
 }
