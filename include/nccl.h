@@ -299,6 +299,18 @@ PLAIT_DECLARE(ncclResult_t, CommShrink,
               (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
                ncclConfig_t* config, int shrinkFlags));
 
+/* NCCL 2.32: adding ranks to a live communicator. One existing rank (the
+ * "root") gets an id with ncclCommGetUniqueId (one outstanding per
+ * communicator) and hands it to the newcomers; then every rank calls
+ * ncclCommGrow with the new size: existing ranks with their comm and
+ * rank = -1 (the root passes the id, the others NULL; they keep their
+ * ranks), newcomers with comm = NULL, the id and their rank. The result is a
+ * new communicator; the old one stays valid. */
+PLAIT_DECLARE(ncclResult_t, CommGetUniqueId, (ncclComm_t comm, ncclUniqueId* uniqueId));
+PLAIT_DECLARE(ncclResult_t, CommGrow,
+              (ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank, ncclComm_t* newcomm,
+               ncclConfig_t* config));
+
 /* NCCL 2.32: giving GPU memory back while a communicator is idle. Both calls
  * are collective. NCCL_SUSPEND_MEM releases the device path's connections
  * (FIFOs, P2P blocks, network steps in GPU memory); until ncclCommResume

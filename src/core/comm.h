@@ -106,6 +106,14 @@ class Communicator {
     ncclUniqueId id{};
   };
   Result<SplitResult> split(int color, int key);
+  // ncclCommGetUniqueId (comm_grow.cc): an id whose bootstrap root runs in
+  // this process, for growing this communicator. One at a time: a second
+  // call before ncclCommGrow consumed the first is refused. Thread-safe.
+  Result<ncclUniqueId> makeGrowId();
+  // ncclCommGrow's collective step over this communicator: exactly one rank
+  // passes `id` (the one makeGrowId gave it), every rank the same
+  // `newNranks` (> nranks()); every rank returns the id. Consumes it.
+  Result<ncclUniqueId> agreeOnGrow(const ncclUniqueId* id, int newNranks);
   // The predicted time of an operation (ncclGroupSimulateEnd).
   double estimateUs(const Task& task) const;
   // ncclCommSuspend / ncclCommResume (comm_suspend.cc), collective. With
@@ -199,6 +207,8 @@ class Communicator {
   std::vector<uint64_t> hostOf_;          // per rank: its host
   std::atomic<bool> suspended_{false};
   uint64_t suspendedBytes_ = 0;           // deviceConnectionBytes() when suspended
+  std::mutex growMu_;
+  std::optional<ncclUniqueId> growId_;    // made by makeGrowId, not yet consumed by a grow
   uint64_t collSeq_ = 0;            // collectives (not Send/Recv) started, counted alike on every rank
   mutable std::atomic<bool> disagreed_{false};  // board_ saw ranks in different collectives  // registrations; zero-copy collectives when every rank is local
   std::vector<int> ringPositions_;  // per channel: this rank's position in that ring

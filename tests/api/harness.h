@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,6 +65,58 @@ inline std::vector<int> runProcesses(int nranks, const std::function<int(int, co
     codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   }
   return codes;
+}
+
+// Runs newN thread ranks on a communicator grown from one of oldN ranks:
+// old rank 0 gets the id (ncclCommGetUniqueId) and hands it to the
+// newcomers, every rank calls ncclCommGrow, then body(rank, grown) runs on
+// each. The old communicators stay open until their thread's body returned
+// (`old` is that rank's, null for newcomers).
+inline std::vector<std::string> runGrownThreads(
+    int oldN, int newN, const std::function<std::string(int, ncclComm_t grown, ncclComm_t old)>& body) {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return {std::string("ncclGetUniqueId: ") + ncclGetLastError(nullptr)};
+  std::promise<ncclUniqueId> growId;
+  std::shared_future<ncclUniqueId> growIdReady = growId.get_future().share();
+  std::vector<std::string> errors(newN);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < newN; ++r) {
+    threads.emplace_back([&, r] {
+      ncclComm_t old = nullptr, grown = nullptr;
+      if (r < oldN) {
+        if (ncclCommInitRank(&old, oldN, id, r) != ncclSuccess) {
+          errors[r] = std::string("init: ") + ncclGetLastError(nullptr);
+          if (r == 0) growId.set_value(ncclUniqueId{});
+          return;
+        }
+        ncclUniqueId gid{};
+        if (r == 0) {
+          if (ncclCommGetUniqueId(old, &gid) != ncclSuccess)
+            errors[r] = std::string("ncclCommGetUniqueId: ") + ncclGetLastError(old);
+          growId.set_value(gid);
+        }
+        if (errors[r].empty() &&
+            ncclCommGrow(old, newN, r == 0 ? &gid : nullptr, -1, &grown, nullptr) != ncclSuccess)
+          errors[r] = std::string("ncclCommGrow: ") + ncclGetLastError(old);
+      } else {
+        if (growIdReady.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+          errors[r] = "no grow id within 60 s";
+          return;
+        }
+        const ncclUniqueId gid = growIdReady.get();
+        if (ncclCommGrow(nullptr, newN, &gid, r, &grown, nullptr) != ncclSuccess)
+          errors[r] = std::string("ncclCommGrow: ") + ncclGetLastError(nullptr);
+      }
+      if (errors[r].empty()) errors[r] = body(r, grown, old);
+      if (grown != nullptr) ncclCommDestroy(grown);
+      if (old != nullptr) ncclCommDestroy(old);
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<std::string> failed;
+  for (int r = 0; r < newN; ++r)
+    if (!errors[r].empty()) failed.push_back("rank " + std::to_string(r) + ": " + errors[r]);
+  return failed;
 }
 
 }  // namespace plait_test

@@ -22,14 +22,23 @@ struct RunResult {
 using TrainerFactory = std::function<plait::Result<std::unique_ptr<plait::training::Trainer>>(
     const plait::training::TrainConfig&, ncclComm_t)>;
 
+// How a run gets its nranks thread ranks and communicators: runThreads, or
+// (growFrom > 0) runGrownThreads from that many.
+using RankRunner = std::function<std::vector<std::string>(int, const std::function<std::string(int, ncclComm_t)>&)>;
+inline RankRunner grownFrom(int oldN) {
+  return [oldN](int nranks, const std::function<std::string(int, ncclComm_t)>& body) {
+    return runGrownThreads(oldN, nranks, [&](int rank, ncclComm_t grown, ncclComm_t) { return body(rank, grown); });
+  };
+}
+
 // Runs `steps` steps on nranks thread ranks.
 inline RunResult runDistributed(int nranks, const plait::training::TrainConfig& config, int steps,
-                                const TrainerFactory& make) {
+                                const TrainerFactory& make, const RankRunner& runner = runThreads) {
   RunResult out;
   out.params.resize(nranks);
   out.memory.resize(nranks);
   std::vector<std::vector<double>> losses(nranks);
-  out.errors = runThreads(nranks, [&](int rank, ncclComm_t comm) -> std::string {
+  out.errors = runner(nranks, [&](int rank, ncclComm_t comm) -> std::string {
     auto trainer = make(config, comm);
     if (!trainer.isOk()) return trainer.status().toString();
     for (int k = 0; k < steps; ++k) {

@@ -102,3 +102,16 @@ TEST_CASE("every model learns on its synthetic data", "[training]") {
     CHECK(last < 0.8 * first);
   }
 }
+
+// NCCL 2.32's ncclCommGrow: DDP on a communicator grown from 2 ranks to 4
+// trains exactly as on one made with 4.
+TEST_CASE("DDP on a communicator grown from 2 to 4 ranks matches serial training", "[training][ddp][grow]") {
+  TrainConfig c = smallConfig("transformer");
+  const int steps = 4;
+  auto grown = plait_test::runDistributed(4, c, steps, ddp(), plait_test::grownFrom(2));
+  REQUIRE(grown.errors.empty());
+  auto serial = plait_test::runSerial(c, 4, steps);
+  CHECK(maxRelDiff(grown.losses, serial.losses) < 1e-5);
+  CHECK(maxRelDiff(grown.params[0], serial.params[0]) < 1e-4);
+  for (int r = 1; r < 4; ++r) CHECK(grown.params[r] == grown.params[0]);
+}

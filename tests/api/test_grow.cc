@@ -1,0 +1,154 @@
+// NCCL 2.32's ncclCommGetUniqueId + ncclCommGrow: 2 ranks grow to 4, as
+// threads and as processes; the grown communicator runs collectives and
+// point-to-point against values computed here, the old one keeps working,
+// and every misuse (a second id before the first is consumed, no id or two
+// ids among the existing ranks, an id this communicator did not make,
+// disagreeing sizes, bad ranks) is refused by name on every rank.
+#include <poll.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+using namespace plait_test;
+
+namespace {
+
+std::string says(ncclComm_t comm, const char* text) {
+  const char* e = ncclGetLastError(comm);
+  return std::strstr(e, text) != nullptr ? "" : std::string("expected '") + text + "', got: " + e;
+}
+
+// Collectives and a ring of sends on `comm` (n ranks, this one `rank`).
+std::string exercise(ncclComm_t comm, int rank, int n) {
+  int count = 0, me = -1;
+  if (ncclCommCount(comm, &count) != ncclSuccess || count != n) return "ncclCommCount says " + std::to_string(count);
+  if (ncclCommUserRank(comm, &me) != ncclSuccess || me != rank) return "ncclCommUserRank says " + std::to_string(me);
+  constexpr size_t kCount = 3000;
+  std::vector<float> buf(kCount);
+  for (size_t i = 0; i < kCount; ++i) buf[i] = static_cast<float>(rank + 1) * static_cast<float>(i % 7 + 1);
+  if (ncclAllReduce(buf.data(), buf.data(), kCount, ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess)
+    return std::string("AllReduce: ") + ncclGetLastError(comm);
+  const float ranks = static_cast<float>(n * (n + 1) / 2);
+  for (size_t i = 0; i < kCount; ++i)
+    if (buf[i] != ranks * static_cast<float>(i % 7 + 1)) return "AllReduce element " + std::to_string(i) + " wrong";
+  std::vector<int32_t> mine(5, rank * 10), all(5 * n, -1);
+  if (ncclAllGather(mine.data(), all.data(), 5, ncclInt32, comm, nullptr) != ncclSuccess)
+    return std::string("AllGather: ") + ncclGetLastError(comm);
+  for (int r = 0; r < n; ++r)
+    if (all[5 * r + 4] != r * 10) return "AllGather block " + std::to_string(r) + " wrong";
+  int64_t word = rank == n - 1 ? 777 : -1;
+  if (ncclBroadcast(&word, &word, 1, ncclInt64, n - 1, comm, nullptr) != ncclSuccess || word != 777)
+    return std::string("Broadcast from the last rank: ") + ncclGetLastError(comm);
+  int32_t out = rank, in = -1;
+  if (ncclGroupStart() != ncclSuccess || ncclSend(&out, 1, ncclInt32, (rank + 1) % n, comm, nullptr) != ncclSuccess ||
+      ncclRecv(&in, 1, ncclInt32, (rank + n - 1) % n, comm, nullptr) != ncclSuccess || ncclGroupEnd() != ncclSuccess)
+    return std::string("send/recv: ") + ncclGetLastError(comm);
+  if (in != (rank + n - 1) % n) return "received " + std::to_string(in) + " from the ring predecessor";
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("ncclCommGrow: 2 thread ranks grow to 4; the old communicator stays usable", "[grow]") {
+  auto failed = runGrownThreads(2, 4, [](int rank, ncclComm_t grown, ncclComm_t old) -> std::string {
+    std::string e = exercise(grown, rank, 4);
+    if (!e.empty()) return "grown: " + e;
+    if (old != nullptr && !(e = exercise(old, rank, 2)).empty()) return "old: " + e;
+    return "";
+  });
+  CHECK(failed == std::vector<std::string>{});
+}
+
+TEST_CASE("ncclCommGrow: misuse is refused by name, on every existing rank alike", "[grow]") {
+  ncclComm_t out = nullptr;
+  ncclUniqueId foreign;
+  REQUIRE(ncclGetUniqueId(&foreign) == ncclSuccess);
+  // Newcomers' arguments, checked without any communicator.
+  CHECK(ncclCommGrow(nullptr, 4, nullptr, 2, &out, nullptr) == ncclInvalidArgument);
+  CHECK(says(nullptr, "a new rank (comm = NULL) needs the root's id") == "");
+  CHECK(ncclCommGrow(nullptr, 4, &foreign, 4, &out, nullptr) == ncclInvalidArgument);
+  CHECK(says(nullptr, "in [0, 4)") == "");
+  CHECK(ncclCommGrow(nullptr, 0, &foreign, 0, &out, nullptr) == ncclInvalidArgument);
+  CHECK(ncclCommGrow(nullptr, 4, &foreign, 2, nullptr, nullptr) == ncclInvalidArgument);
+
+  auto failed = runThreads(2, [&](int rank, ncclComm_t comm) -> std::string {
+    ncclComm_t grown = nullptr;
+    std::string e;
+    ncclUniqueId gid{};
+    if (rank == 0) {
+      if (ncclCommGetUniqueId(comm, &gid) != ncclSuccess) return std::string("GetUniqueId: ") + ncclGetLastError(comm);
+      ncclUniqueId again;
+      if (ncclCommGetUniqueId(comm, &again) != ncclInvalidUsage) return "a second id before the first was consumed";
+      if (!(e = says(comm, "not consumed yet")).empty()) return e;
+    }
+    // Local checks.
+    if (ncclCommGrow(comm, 4, nullptr, rank, &grown, nullptr) != ncclInvalidArgument) return "existing rank != -1";
+    if (!(e = says(comm, "an existing rank passes -1")).empty()) return e;
+    if (ncclCommGrow(comm, 2, nullptr, -1, &grown, nullptr) != ncclInvalidArgument) return "no growth";
+    if (!(e = says(comm, "needs more")).empty()) return e;
+    // Collective checks: every rank gets the same refusal.
+    if (ncclCommGrow(comm, 4, nullptr, -1, &grown, nullptr) != ncclInvalidUsage) return "no id among the ranks";
+    if (!(e = says(comm, "no rank passed the id")).empty()) return e;
+    if (ncclCommGrow(comm, 4, &gid, -1, &grown, nullptr) != ncclInvalidUsage) return "two ids";
+    if (!(e = says(comm, "ranks 0 and 1 both passed an id")).empty()) return e;
+    if (ncclCommGrow(comm, 4, rank == 1 ? &foreign : nullptr, -1, &grown, nullptr) != ncclInvalidUsage)
+      return "a foreign id";
+    if (!(e = says(comm, "did not make on this communicator")).empty()) return e;
+    if (ncclCommGrow(comm, 3 + rank, rank == 0 ? &gid : nullptr, -1, &grown, nullptr) != ncclInvalidArgument)
+      return "disagreeing sizes";
+    if (!(e = says(comm, "asks for")).empty()) return e;
+    if (grown != nullptr) return "a refused grow made a communicator";
+    // Nothing was consumed or broken by the refusals: the communicator works,
+    // and rank 0 still holds its one outstanding id.
+    float x = 1.0f;
+    if (ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess || x != 2.0f)
+      return "the communicator broke";
+    ncclUniqueId again;
+    if (rank == 0 && ncclCommGetUniqueId(comm, &again) != ncclInvalidUsage) return "the id was consumed by a refusal";
+    return "";
+  });
+  CHECK(failed == std::vector<std::string>{});
+}
+
+// Processes: old ranks 0 and 1, newcomers 2 and 3 (forked first, waiting on
+// a pipe for the id old rank 0 makes).
+TEST_CASE("ncclCommGrow: 2 process ranks grow to 4", "[grow][process]") {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  auto codes = runProcesses(4, [&](int rank, const ncclUniqueId& id) -> int {
+    ncclComm_t old = nullptr, grown = nullptr;
+    if (rank < 2) {
+      if (ncclCommInitRank(&old, 2, id, rank) != ncclSuccess) return 10;
+      ncclUniqueId gid{};
+      if (rank == 0) {
+        if (ncclCommGetUniqueId(old, &gid) != ncclSuccess) return 11;
+        for (int k = 0; k < 2; ++k)
+          if (::write(fds[1], &gid, sizeof gid) != static_cast<ssize_t>(sizeof gid)) return 12;
+      }
+      if (ncclCommGrow(old, 4, rank == 0 ? &gid : nullptr, -1, &grown, nullptr) != ncclSuccess) return 13;
+    } else {
+      pollfd p{fds[0], POLLIN, 0};
+      if (::poll(&p, 1, 60000) != 1) return 20;
+      ncclUniqueId gid;
+      if (::read(fds[0], &gid, sizeof gid) != static_cast<ssize_t>(sizeof gid)) return 21;
+      if (ncclCommGrow(nullptr, 4, &gid, rank, &grown, nullptr) != ncclSuccess) return 22;
+    }
+    const std::string e = exercise(grown, rank, 4);
+    if (!e.empty()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.c_str());
+      return 30;
+    }
+    if (old != nullptr && !exercise(old, rank, 2).empty()) return 31;
+    ncclCommDestroy(grown);
+    if (old != nullptr) ncclCommDestroy(old);
+    return 0;
+  });
+  ::close(fds[0]);
+  ::close(fds[1]);
+  CHECK(codes == std::vector<int>{0, 0, 0, 0});
+}
