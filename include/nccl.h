@@ -292,9 +292,15 @@ PLAIT_DECLARE(ncclResult_t, CommFinalize, (ncclComm_t comm));
 PLAIT_DECLARE(ncclResult_t, CommDestroy, (ncclComm_t comm));
 /* Thread-safe: unblocks every wait on comm, then frees it. */
 PLAIT_DECLARE(ncclResult_t, CommAbort, (ncclComm_t comm));
+/* Local: operations in flight on comm fail fast (also on peers waiting for
+ * this rank), later ones are refused; destroy, split and shrink remain.
+ * revokeFlags must be NCCL_REVOKE_DEFAULT; comm NULL does nothing. */
 PLAIT_DECLARE(ncclResult_t, CommRevoke, (ncclComm_t comm, int revokeFlags));
 PLAIT_DECLARE(ncclResult_t, CommSplit,
               (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config));
+/* Called by every rank not in excludeRanksList (the excluded ones may be
+ * dead); the survivors keep their order. NCCL_SHRINK_ABORT revokes comm
+ * first. Without config the result keeps comm's blocking mode. */
 PLAIT_DECLARE(ncclResult_t, CommShrink,
               (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
                ncclConfig_t* config, int shrinkFlags));

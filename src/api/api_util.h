@@ -56,6 +56,11 @@ constexpr unsigned kConfigMagic = 0xcafebeef;
 // ncclConfig_t into CommOptions (comm_config.cc); null: the defaults.
 Status readCommConfig(const ncclConfig_t* config, CommOptions* out);
 
+// Creates communicator `rank` of `nranks` over `id` into *out (blocking,
+// non-blocking or deferred to the group's end as `config` and the calling
+// thread's group say); `call` names the API function in errors.
+ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config, const char* call);
+
 // Argument checks; each names the argument and its value.
 Status checkComm(ncclComm_t comm);           // live and initialised
 Status checkType(ncclDataType_t type, const char* name = "datatype");

@@ -37,6 +37,9 @@ void initShell(ncclComm_t shell, ncclUniqueId id, plait::CommOptions options) {
   }
 }
 
+}  // namespace
+
+namespace plait::api {
 ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config,
                       const char* call) {
   printVersionOnce();
@@ -82,6 +85,9 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, nc
   *out = shell;
   return ncclSuccess;
 }
+}  // namespace plait::api
+
+namespace {
 
 // Waits for in-flight calls to leave, then frees the communicator; the shell
 // stays as a tombstone so later calls on the handle fail cleanly.
@@ -225,10 +231,6 @@ PLAIT_API(ncclResult_t, CommAbort, (ncclComm_t comm)) {
   return ncclSuccess;
 } PLAIT_API_END
 
-PLAIT_API(ncclResult_t, CommRevoke, (ncclComm_t comm, int revokeFlags)) {
-  return fail(plait::invalidUsage("ncclCommRevoke is not supported yet by Plait"), "ncclCommRevoke");
-} PLAIT_API_END
-
 // Collective over the parent: every rank calls it. Ranks of one color form a
 // new communicator ordered by key (ties by parent rank); NCCL_SPLIT_NOCOLOR
 // gives NULL. The child has its own bootstrap and transports (splitShare is
@@ -257,64 +259,3 @@ PLAIT_API(ncclResult_t, CommSplit, (ncclComm_t comm, int color, int key, ncclCom
   return initRank(newcomm, split->nranks, split->id, split->rank, config ? config : &inherited, call);
 } PLAIT_API_END
 
-PLAIT_API(ncclResult_t, CommGetUniqueId, (ncclComm_t comm, ncclUniqueId* uniqueId)) {
-  const char* call = "ncclCommGetUniqueId";
-  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
-  if (uniqueId == nullptr) return fail(plait::invalidArgument("uniqueId is NULL"), call);
-  plait::Result<ncclUniqueId> id = plait::invalidUsage("comm is being destroyed or aborted");
-  {
-    CommUse use(comm);
-    if (use.usable()) id = comm->impl->makeGrowId();
-  }
-  if (!id.isOk()) return fail(id.status(), call);
-  *uniqueId = *id;
-  return ncclSuccess;
-} PLAIT_API_END
-
-// Existing ranks agree on the id over the old communicator (core/
-// comm_grow.cc), then everyone runs an ordinary init over it; without a
-// config an existing rank's new communicator keeps the old one's blocking
-// mode, as ncclCommSplit does.
-PLAIT_API(ncclResult_t, CommGrow,
-          (ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank, ncclComm_t* newcomm,
-           ncclConfig_t* config)) {
-  const char* call = "ncclCommGrow";
-  if (newcomm == nullptr) return fail(plait::invalidArgument("newcomm (the output pointer) is NULL"), call);
-  *newcomm = nullptr;
-  if (nRanks < 1) return fail(plait::invalidArgument("nRanks is " + std::to_string(nRanks) + "; must be ≥ 1"), call);
-  if (comm == nullptr) {  // a newcomer
-    if (uniqueId == nullptr)
-      return fail(plait::invalidArgument("uniqueId is NULL: a new rank (comm = NULL) needs the root's id"), call);
-    if (rank < 0 || rank >= nRanks)
-      return fail(plait::invalidArgument("rank is " + std::to_string(rank) + ": a new rank (comm = NULL) passes its "
-                                         "rank in the grown communicator, in [0, " + std::to_string(nRanks) + ")"),
-                  call);
-    return initRank(newcomm, nRanks, *uniqueId, rank, config, call);
-  }
-  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
-  if (rank != -1)
-    return fail(plait::invalidArgument("rank is " + std::to_string(rank) + ": an existing rank passes -1 (it keeps " +
-                                       "its rank, " + std::to_string(comm->rank) + ")"),
-                call);
-  if (nRanks <= comm->nranks)
-    return fail(plait::invalidArgument("nRanks is " + std::to_string(nRanks) + "; growing a communicator of " +
-                                       std::to_string(comm->nranks) + " ranks needs more"),
-                call);
-  plait::CommOptions probe;
-  if (Status s = readCommConfig(config, &probe); !s.isOk()) return fail(s, call);
-  plait::Result<ncclUniqueId> id = plait::invalidUsage("comm is being destroyed or aborted");
-  {
-    CommUse use(comm);
-    if (use.usable()) id = comm->impl->agreeOnGrow(uniqueId, nRanks);
-  }
-  if (!id.isOk()) return fail(id.status(), call);
-  ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
-  inherited.blocking = comm->blocking ? 1 : 0;
-  return initRank(newcomm, nRanks, *id, comm->rank, config ? config : &inherited, call);
-} PLAIT_API_END
-
-PLAIT_API(ncclResult_t, CommShrink,
-          (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config,
-           int shrinkFlags)) {
-  return fail(plait::invalidUsage("ncclCommShrink is not supported yet by Plait"), "ncclCommShrink");
-} PLAIT_API_END

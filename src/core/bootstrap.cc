@@ -492,8 +492,8 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::create(const ncclUniqueId& id, int
 }
 
 bool Bootstrap::aborted() const {
-  return abort_.load(std::memory_order_acquire) != 0 ||
-         (userAbort_ != nullptr && userAbort_->load(std::memory_order_acquire) != 0);
+  const std::atomic<uint32_t>* user = userAbort_.load(std::memory_order_acquire);
+  return abort_.load(std::memory_order_acquire) != 0 || (user != nullptr && user->load(std::memory_order_acquire) != 0);
 }
 
 void Bootstrap::abort() {

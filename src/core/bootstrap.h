@@ -129,6 +129,10 @@ class Bootstrap {
   // with kRemoteError "bootstrap aborted".
   void abort();
   bool aborted() const;
+  // From now on the abort flag given at creation no longer ends this
+  // bootstrap's waits (only abort() does): ncclCommRevoke raises that flag
+  // to stop the data path but keeps the bootstrap for split and shrink.
+  void detachAbortFlag() { userAbort_.store(nullptr, std::memory_order_release); }
 
  private:
   // Message kinds keep the library's own traffic apart from user tags.
@@ -149,7 +153,10 @@ class Bootstrap {
   // Turns a socket failure into "<op> rank r (host h, pid p): <why>", or
   // "bootstrap aborted" when abort() was the cause.
   Status peerFailure(int peer, const char* op, Status cause) const;
-  const std::atomic<uint32_t>* socketAbortFlag() const { return userAbort_ ? userAbort_ : &abort_; }
+  const std::atomic<uint32_t>* socketAbortFlag() const {
+    const std::atomic<uint32_t>* user = userAbort_.load(std::memory_order_acquire);
+    return user ? user : &abort_;
+  }
 
   int rank_;
   int nranks_;
@@ -163,7 +170,7 @@ class Bootstrap {
   std::map<MessageKey, std::deque<std::vector<char>>> unexpected_;
   uint64_t unexpectedBytes_ = 0;  // buffered in unexpected_, bounded
   std::atomic<uint32_t> abort_{0};
-  const std::atomic<uint32_t>* userAbort_;
+  std::atomic<const std::atomic<uint32_t>*> userAbort_;
   // Guards the socket tables against abort() shutting them down concurrently.
   mutable std::mutex socketsMu_;
 

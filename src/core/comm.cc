@@ -108,7 +108,7 @@ Status Communicator::init(const ncclUniqueId& id, const CommOptions& options) {
   }
   // An abort that arrived while initSteps built the parts only raised the
   // flag (which every wait of init watches); abort the parts now.
-  if (aborted()) abortParts();
+  if (abortFlag_.load(std::memory_order_acquire) != 0) abortParts();
   if (!s.isOk()) {
     abort();
     s.withContext("creating rank " + std::to_string(rank_) + " of " + std::to_string(nranks_));
@@ -266,7 +266,8 @@ void Communicator::breakWith(const Status& status) {
 }
 
 void Communicator::abort() {
-  if (abortFlag_.exchange(1, std::memory_order_acq_rel) != 0) return;
+  if (userAborted_.exchange(true, std::memory_order_acq_rel)) return;
+  abortFlag_.store(1, std::memory_order_release);
   abortParts();
 }
 

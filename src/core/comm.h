@@ -94,7 +94,12 @@ class Communicator {
   // Thread-safe; idempotent. Unblocks every wait of this communicator and
   // tells peers (through the shared FIFOs) that this rank is going away.
   void abort();
-  bool aborted() const { return abortFlag_.load(std::memory_order_acquire) != 0; }
+  bool aborted() const { return userAborted_.load(std::memory_order_acquire); }
+  // ncclCommRevoke (comm_shrink.cc): operations in flight fail fast (on the
+  // peers too: the FIFOs are marked aborted), later ones are refused; the
+  // bootstrap keeps working, so split and shrink can follow. Thread-safe.
+  Status revoke();
+  bool revoked() const { return revoked_.load(std::memory_order_acquire); }
   // ncclCommSplit's collective part over this communicator: every rank
   // calls it with its color (< 0: NCCL_SPLIT_NOCOLOR) and key; each rank
   // with a color learns its rank and size in the new communicator and the
@@ -106,6 +111,13 @@ class Communicator {
     ncclUniqueId id{};
   };
   Result<SplitResult> split(int color, int key);
+  // ncclCommShrink's part over this communicator, called by every rank not
+  // in `excluded` (sorted, checked by the caller): the lowest survivor makes
+  // the new id and sends it to the others point to point over the
+  // bootstrap (the excluded ranks may be dead), with the list, which each
+  // survivor compares with its own. With `abortInFlight`
+  // (NCCL_SHRINK_ABORT) the communicator is revoked first.
+  Result<SplitResult> shrink(const std::vector<int>& excluded, bool abortInFlight);
   // ncclCommGetUniqueId (comm_grow.cc): an id whose bootstrap root runs in
   // this process, for growing this communicator. One at a time: a second
   // call before ncclCommGrow consumed the first is refused. Thread-safe.
@@ -183,7 +195,10 @@ class Communicator {
   int nranks_ = 1;
   int lsaSize_ = 1;
   std::string name_;
-  std::atomic<uint32_t> abortFlag_{0};
+  std::atomic<uint32_t> abortFlag_{0};  // every wait of the data path watches it (abort, revoke)
+  std::atomic<bool> userAborted_{false};
+  std::atomic<bool> revoked_{false};
+  uint32_t shrinks_ = 0;  // shrinks started, counted alike on the survivors (tags their messages)
   std::mutex partsMu_;       // orders abort() against init() assigning the parts below
   bool initRunning_ = false;
   int64_t timeoutMs_ = 0;

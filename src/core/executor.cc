@@ -22,6 +22,7 @@ int64_t operationTimeoutMs() { return secondsToWaitMs(bootstrapTimeoutSec()); }
 template <class Body>
 Status Communicator::guarded(const char* what, Body body) {
   if (aborted()) return invalidUsage("the communicator was aborted");
+  if (revoked()) return invalidUsage("the communicator was revoked (ncclCommRevoke): only destroy, split and shrink remain");
   if (device_ && !broken_.load(std::memory_order_acquire)) {  // a kernel failed since the last call
     Status failed = device_->asyncError();
     if (!failed.isOk()) breakWith(failed);

@@ -115,3 +115,47 @@ TEST_CASE("DDP on a communicator grown from 2 to 4 ranks matches serial training
   CHECK(maxRelDiff(grown.params[0], serial.params[0]) < 1e-4);
   for (int r = 1; r < 4; ++r) CHECK(grown.params[r] == grown.params[0]);
 }
+
+// ncclCommShrink: one of 3 DDP ranks dies (aborts its communicator) after a
+// step; the others' next step fails, they shrink with NCCL_SHRINK_ABORT and
+// train on as 2 ranks, exactly as serial training over 2 would.
+TEST_CASE("DDP goes on after a rank dies: the survivors shrink and train as 2", "[training][ddp][shrink]") {
+  TrainConfig c = smallConfig("mlp");
+  const int steps = 4;
+  std::vector<std::vector<double>> losses(3);
+  std::vector<std::vector<float>> params(3);
+  auto errors = plait_test::runThreads(3, [&](int rank, ncclComm_t comm) -> std::string {
+    auto first = makeDdpTrainer(c, comm);
+    if (!first.isOk()) return first.status().toString();
+    if (!(*first)->step(0).isOk()) return "step 0 failed";
+    if (rank == 2) {
+      ncclCommAbort(comm);
+      return "";
+    }
+    if ((*first)->step(1).isOk()) return "a step without rank 2 succeeded";
+    int dead[] = {2};
+    ncclComm_t shrunk = nullptr;
+    if (ncclCommShrink(comm, dead, 1, &shrunk, nullptr, NCCL_SHRINK_ABORT) != ncclSuccess)
+      return std::string("ncclCommShrink: ") + ncclGetLastError(comm);
+    std::string e;
+    {
+      auto trainer = makeDdpTrainer(c, shrunk);
+      if (!trainer.isOk()) return trainer.status().toString();
+      for (int k = 0; k < steps && e.empty(); ++k) {
+        auto loss = (*trainer)->step(k);
+        if (loss.isOk()) losses[rank].push_back(*loss);
+        else e = loss.status().toString();
+      }
+      if (auto p = (*trainer)->fullParams(); p.isOk()) params[rank] = *p;
+      else if (e.empty()) e = p.status().toString();
+    }
+    ncclCommDestroy(shrunk);
+    return e;
+  });
+  REQUIRE(errors.empty());
+  auto serial = plait_test::runSerial(c, 2, steps);
+  CHECK(maxRelDiff(losses[0], serial.losses) < 1e-5);
+  CHECK(losses[1] == losses[0]);
+  CHECK(maxRelDiff(params[0], serial.params[0]) < 1e-4);
+  CHECK(params[1] == params[0]);
+}

@@ -1,11 +1,18 @@
-// NCCL 2.32's ncclCommGetUniqueId + ncclCommGrow: 2 ranks grow to 4, as
-// threads and as processes; the grown communicator runs collectives and
-// point-to-point against values computed here, the old one keeps working,
-// and every misuse (a second id before the first is consumed, no id or two
-// ids among the existing ranks, an id this communicator did not make,
-// disagreeing sizes, bad ranks) is refused by name on every rank.
+// Communicators whose members change. NCCL 2.32's ncclCommGetUniqueId +
+// ncclCommGrow: 2 ranks grow to 4, as threads and as processes; the grown
+// communicator runs collectives and point-to-point against values computed
+// here, the old one keeps working, and every misuse (a second id before the
+// first is consumed, no id or two ids among the existing ranks, an id this
+// communicator did not make, disagreeing sizes, bad ranks) is refused by name
+// on every rank. ncclCommRevoke: a peer blocked on the revoking rank fails
+// fast, later calls are refused, split still works. ncclCommShrink: without
+// a live rank, without an aborted one, without a SIGKILLed process.
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -151,4 +158,131 @@ TEST_CASE("ncclCommGrow: 2 process ranks grow to 4", "[grow][process]") {
   ::close(fds[0]);
   ::close(fds[1]);
   CHECK(codes == std::vector<int>{0, 0, 0, 0});
+}
+
+TEST_CASE("ncclCommShrink: the survivors of 4 thread ranks keep their order", "[shrink]") {
+  auto failed = runThreads(4, [](int rank, ncclComm_t comm) -> std::string {
+    if (rank == 1) return "";  // excluded: does not call
+    int excluded[] = {1};
+    ncclComm_t shrunk = nullptr;
+    if (ncclCommShrink(comm, excluded, 1, &shrunk, nullptr, NCCL_SHRINK_DEFAULT) != ncclSuccess)
+      return std::string("ncclCommShrink: ") + ncclGetLastError(comm);
+    const std::string e = exercise(shrunk, rank == 0 ? 0 : rank - 1, 3);
+    ncclCommDestroy(shrunk);
+    return e;
+  });
+  CHECK(failed == std::vector<std::string>{});
+}
+
+TEST_CASE("ncclCommShrink with NCCL_SHRINK_ABORT after a rank aborted mid-job", "[shrink]") {
+  auto failed = runThreads(4, [](int rank, ncclComm_t comm) -> std::string {
+    if (rank == 2) {  // "dies": its communicator goes away under the others
+      ncclCommAbort(comm);
+      return "";
+    }
+    float x = 1.0f;
+    if (ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr) == ncclSuccess)
+      return "an AllReduce without rank 2 succeeded";
+    int excluded[] = {2};
+    ncclComm_t shrunk = nullptr;
+    if (ncclCommShrink(comm, excluded, 1, &shrunk, nullptr, NCCL_SHRINK_ABORT) != ncclSuccess)
+      return std::string("ncclCommShrink: ") + ncclGetLastError(comm);
+    std::string e = exercise(shrunk, rank == 3 ? 2 : rank, 3);
+    if (e.empty() && (ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr) != ncclInvalidUsage ||
+                      !says(comm, "revoked").empty()))
+      e = "the parent was not revoked by NCCL_SHRINK_ABORT";
+    ncclCommDestroy(shrunk);
+    return e;
+  });
+  CHECK(failed == std::vector<std::string>{});
+}
+
+TEST_CASE("ncclCommShrink: bad lists and disagreeing survivors are refused", "[shrink]") {
+  auto failed = runThreads(4, [](int rank, ncclComm_t comm) -> std::string {
+    ncclComm_t shrunk = nullptr;
+    std::string e;
+    int self[] = {rank}, outside[] = {4}, twice[] = {(rank + 1) % 4, (rank + 1) % 4};
+    if (ncclCommShrink(comm, nullptr, 1, &shrunk, nullptr, 0) != ncclInvalidArgument) return "NULL list";
+    if (ncclCommShrink(comm, outside, 0, &shrunk, nullptr, 0) != ncclInvalidArgument) return "empty list";
+    if (ncclCommShrink(comm, outside, 1, &shrunk, nullptr, 0) != ncclInvalidArgument ||
+        !(e = says(comm, "outside [0, 4)")).empty())
+      return "rank 4: " + e;
+    if (ncclCommShrink(comm, twice, 2, &shrunk, nullptr, 0) != ncclInvalidArgument ||
+        !(e = says(comm, "twice")).empty())
+      return "a rank twice: " + e;
+    if (ncclCommShrink(comm, self, 1, &shrunk, nullptr, 0) != ncclInvalidArgument ||
+        !(e = says(comm, "an excluded rank does not call")).empty())
+      return "itself: " + e;
+    if (ncclCommShrink(comm, outside, 1, &shrunk, nullptr, 4) != ncclInvalidArgument) return "bad flags";
+    if (rank == 3) return "";
+    // Ranks 0 and 1 exclude {3}; rank 2 excludes {1, 3}: same root (0), other lists.
+    int mostly[] = {3}, more[] = {1, 3};
+    if (rank == 1 && ncclCommShrink(comm, mostly, 1, &shrunk, nullptr, 0) != ncclInvalidUsage)
+      return "rank 1 was not told of rank 2's refusal";
+    if (rank == 0 && (ncclCommShrink(comm, mostly, 1, &shrunk, nullptr, 0) != ncclInvalidUsage ||
+                      !(e = says(comm, "rank 2 passed another list")).empty()))
+      return "the root: " + e;
+    if (rank == 2 && (ncclCommShrink(comm, more, 2, &shrunk, nullptr, 0) != ncclInvalidUsage ||
+                      !(e = says(comm, "every survivor passes the same list")).empty()))
+      return "rank 2: " + e;
+    return shrunk == nullptr ? "" : "a refused shrink made a communicator";
+  });
+  CHECK(failed == std::vector<std::string>{});
+}
+
+TEST_CASE("ncclCommRevoke: the peer blocked on this rank fails fast; split still works", "[revoke]") {
+  CHECK(ncclCommRevoke(nullptr, 0) == ncclSuccess);  // as NCCL
+  auto failed = runThreads(2, [](int rank, ncclComm_t comm) -> std::string {
+    float x = 1.0f;
+    if (rank == 0) {  // waits for rank 1, which revokes instead of joining
+      const auto start = std::chrono::steady_clock::now();
+      if (ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr) == ncclSuccess)
+        return "an AllReduce rank 1 never joined succeeded";
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (s > 30) return "the blocked AllReduce took " + std::to_string(s) + " s to fail";
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      if (ncclCommRevoke(comm, 1) != ncclInvalidArgument) return "revokeFlags 1 accepted";
+      if (ncclCommRevoke(comm, 0) != ncclSuccess) return std::string("ncclCommRevoke: ") + ncclGetLastError(comm);
+      if (ncclCommRevoke(comm, 0) != ncclInvalidArgument) return "revoked twice";
+      std::string e;
+      if (ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr) != ncclInvalidUsage ||
+          !(e = says(comm, "revoked (ncclCommRevoke)")).empty())
+        return "a call after revoke: " + e;
+    }
+    ncclComm_t child = nullptr;
+    if (ncclCommSplit(comm, 0, rank, &child, nullptr) != ncclSuccess)
+      return std::string("split after revoke: ") + ncclGetLastError(comm);
+    const std::string e = exercise(child, rank, 2);
+    ncclCommDestroy(child);
+    return e;
+  });
+  CHECK(failed == std::vector<std::string>{});
+}
+
+// A SIGKILLed process: the survivors' next collective fails naming it, and
+// they shrink and go on.
+TEST_CASE("ncclCommShrink: 3 of 4 processes go on after the fourth is killed", "[shrink][process]") {
+  auto codes = runProcesses(4, [](int rank, const ncclUniqueId& id) -> int {
+    ncclComm_t comm = nullptr, shrunk = nullptr;
+    if (ncclCommInitRank(&comm, 4, id, rank) != ncclSuccess) return 10;
+    float x = 1.0f;
+    if (ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess || x != 4.0f) return 11;
+    if (rank == 3) ::raise(SIGKILL);
+    if (ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr) == ncclSuccess) return 12;
+    int excluded[] = {3};
+    if (ncclCommShrink(comm, excluded, 1, &shrunk, nullptr, NCCL_SHRINK_ABORT) != ncclSuccess) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, ncclGetLastError(comm));
+      return 13;
+    }
+    const std::string e = exercise(shrunk, rank, 3);
+    if (!e.empty()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.c_str());
+      return 14;
+    }
+    ncclCommDestroy(shrunk);
+    ncclCommDestroy(comm);
+    return 0;
+  });
+  CHECK(codes == std::vector<int>{0, 0, 0, -SIGKILL});
 }
