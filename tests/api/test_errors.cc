@@ -110,16 +110,6 @@ TEST_CASE("A destroyed communicator is reported, not used", "[api][errors]") {
   CHECK(ncclCommCount(comm, &n) == ncclInvalidArgument);
 }
 
-TEST_CASE("Unsupported functions say so instead of pretending", "[api]") {
-  ncclUniqueId id;
-  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-  ncclComm_t comm = nullptr;
-  REQUIRE(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
-  CHECK(ncclCommRevoke(comm, 0) == ncclInvalidUsage);
-  CHECK(lastErrorMentions("not supported yet"));
-  CHECK(ncclCommDestroy(comm) == ncclSuccess);
-}
-
 TEST_CASE("Groups nest per thread; an unmatched End is an error", "[api][group]") {
   CHECK(ncclGroupEnd() == ncclInvalidUsage);
   CHECK(ncclGroupStart() == ncclSuccess);
