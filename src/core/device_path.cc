@@ -354,7 +354,8 @@ Status Communicator::runDeviceP2p(const std::vector<Task>& tasks) {
 // wait; then abort them and wait again) before anything is unmapped. What
 // still runs after that keeps its memory: leaked, not freed under it.
 void Communicator::releaseDevice() {
-  if (!device_) {
+  if (!device_) {  // none, or suspended (ncclCommSuspend drained the kernels)
+    symmetric_.reset();
     deviceShm_.reset();
     deviceNet_.reset();
     return;

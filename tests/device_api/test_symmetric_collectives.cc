@@ -487,4 +487,7 @@ TEST_CASE("Windows outlive ncclCommSuspend and run the symmetric kernel after nc
   eachRank([](ncclComm_t comm) { return ncclCommResume(comm); });
   CHECK(runCase(team, Case{Coll::kAllReduce, ncclFloat32, ncclSum, 5000, 16, true}) == "");
   CHECK(runCase(team, Case{Coll::kAllGather, ncclInt32, ncclSum, 700, 0, false}) == "");
+  // Suspended again, then the windows deregistered and the communicators
+  // destroyed while suspended (the Team's destructor).
+  eachRank([](ncclComm_t comm) { return ncclCommSuspend(comm, NCCL_SUSPEND_MEM); });
 }

@@ -115,6 +115,9 @@ TEST_CASE("ncclCommSuspend gives the device path's GPU memory back and ncclCommR
     if (ncclCommMemStats(comm, ncclStatGpuMemTotal, nullptr) != ncclInvalidArgument)
       return "a NULL value was not refused";
     if (!(e = allReduceChecked(comm, stream, buf, rank, kRanks, 2.0f)).empty()) return "at the end: " + e;
+    // Destroyed while suspended (by runDeviceRanks).
+    if (ncclCommSuspend(comm, NCCL_SUSPEND_MEM) != ncclSuccess)
+      return std::string("suspending before destroy: ") + ncclGetLastError(comm);
     return cudaFree(buf) == cudaSuccess ? "" : "cudaFree";
   });
   CHECK(failed == std::vector<std::string>{});
