@@ -37,17 +37,20 @@ uint64_t listHash(const std::vector<int>& ranks) {
 Status Communicator::revoke() {
   if (aborted()) return invalidUsage("the communicator was aborted");
   if (revoked_.exchange(true, std::memory_order_acq_rel)) return invalidArgument("the communicator is already revoked");
-  std::lock_guard<std::mutex> lock(partsMu_);
-  if (bootstrap_) bootstrap_->detachAbortFlag();  // before the flag rises
-  abortFlag_.store(1, std::memory_order_release);
-  if (device_) device_->abort();
-  if (deviceShm_) deviceShm_->abort();
-  if (deviceNet_) deviceNet_->abort();
-  if (shm_) shm_->abort();
-  if (net_) net_->abort();
-  // Kernels see the abort word at their next poll; wait for them (bounded)
-  // so that the communicator is quiescent when revoke returns, as NCCL's is
-  // when its state turns back to ncclSuccess.
+  {
+    std::lock_guard<std::mutex> lock(partsMu_);
+    if (bootstrap_) bootstrap_->detachAbortFlag();  // before the flag rises
+    abortFlag_.store(1, std::memory_order_release);
+    if (device_) device_->abort();
+    if (deviceShm_) deviceShm_->abort();
+    if (deviceNet_) deviceNet_->abort();
+    if (shm_) shm_->abort();
+    if (net_) net_->abort();
+  }
+  // Kernels see the abort word at their next poll; wait for them (bounded,
+  // outside the lock, which abort() takes) so that the communicator is
+  // quiescent when revoke returns, as NCCL's is when its state turns back to
+  // ncclSuccess. The parts stay: destroy waits for this call to leave.
   if (device_ && !device_->drain(Deadline::afterMs(std::clamp<int64_t>(timeoutMs_, 100, 10000))))
     PLAIT_WARN(kInit, "rank %d: device collectives still running after ncclCommRevoke", rank_);
   PLAIT_INFO(kInit, "rank %d: communicator revoked", rank_);

@@ -85,9 +85,12 @@ Status Communicator::suspend(int flags) {
   PLAIT_RETURN_IF_ERROR(agreeOnSuspend(call, mine, flags, deadline));
   // Every rank's kernels have ended: no peer reads our FIFOs any more.
   suspendedBytes_ = deviceConnectionBytes();
-  device_.reset();     // unregisters the FIFOs from CUDA, frees its P2P block (peers hold theirs until they let go)
-  deviceShm_.reset();
-  deviceNet_.reset();  // after deviceShm_, which hands out its connectors
+  {
+    std::lock_guard<std::mutex> lock(partsMu_);  // abort() from another thread walks these parts
+    device_.reset();     // unregisters the FIFOs from CUDA, frees its P2P block (peers hold theirs until they let go)
+    deviceShm_.reset();
+    deviceNet_.reset();  // after deviceShm_, which hands out its connectors
+  }
   suspended_.store(true, std::memory_order_release);
   PLAIT_INFO(kInit, "rank %d: suspended; released %llu bytes of GPU memory", rank_,
              static_cast<unsigned long long>(suspendedBytes_));
@@ -104,8 +107,19 @@ Status Communicator::resume() {
   PLAIT_RETURN_IF_ERROR(agreeOnSuspend(call, Status::ok(), 0, deadline));
   BootstrapOob oob(*bootstrap_);
   // The same steps as at init: every rank agrees again on who can run
-  // device collectives and connects the FIFOs.
+  // device collectives and connects the FIFOs. As during init, an abort
+  // meanwhile only raises the flag (which these waits watch); the parts are
+  // aborted once they are assigned.
+  {
+    std::lock_guard<std::mutex> lock(partsMu_);
+    initRunning_ = true;
+  }
   Status s = connectDevice(oob, deviceHostOptions_, hostOf_, deadline);
+  {
+    std::lock_guard<std::mutex> lock(partsMu_);
+    initRunning_ = false;
+  }
+  if (aborted()) abortParts();
   if (!s.isOk()) {
     s.withContext(std::string(call) + " on rank " + std::to_string(rank_));
     breakWith(s);  // the ranks may have stopped at different steps
