@@ -76,7 +76,8 @@ if [[ "${SKIP_SANITIZE:-0}" != 1 ]]; then
   # The collective sweeps cover one type of each width and kind here too
   # (each case under ASan costs 2-3 times its plain run; the plain pass
   # above covers all twelve), and the "heavy" repeats of a sweep (other
-  # sizes, channel counts, 5 and 8 ranks) are left to the plain pass: all of
+  # sizes, channel counts or settings, 5 and 8 ranks) are left to the plain
+  # pass: all of
   # them nightly.
   sweep=quick
   skip="tools|forks|heavy"
