@@ -60,6 +60,10 @@ Status readCommConfig(const ncclConfig_t* config, CommOptions* out);
 // non-blocking or deferred to the group's end as `config` and the calling
 // thread's group say); `call` names the API function in errors.
 ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config, const char* call);
+// initRank for a communicator made from `parent` (split, grow, shrink):
+// without a config it keeps the parent's blocking mode.
+ncclResult_t initChild(ncclComm_t parent, ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config,
+                       const char* call);
 
 // Argument checks; each names the argument and its value.
 Status checkComm(ncclComm_t comm);           // live and initialised

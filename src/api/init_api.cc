@@ -85,6 +85,13 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, nc
   *out = shell;
   return ncclSuccess;
 }
+
+ncclResult_t initChild(ncclComm_t parent, ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config,
+                       const char* call) {
+  ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
+  inherited.blocking = parent->blocking ? 1 : 0;
+  return initRank(out, nranks, id, rank, config ? config : &inherited, call);
+}
 }  // namespace plait::api
 
 namespace {
@@ -254,8 +261,6 @@ PLAIT_API(ncclResult_t, CommSplit, (ncclComm_t comm, int color, int key, ncclCom
   }
   if (!split.isOk()) return fail(split.status(), call);
   if (!split->member) return ncclSuccess;
-  ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
-  inherited.blocking = comm->blocking ? 1 : 0;
-  return initRank(newcomm, split->nranks, split->id, split->rank, config ? config : &inherited, call);
+  return initChild(comm, newcomm, split->nranks, split->id, split->rank, config, call);
 } PLAIT_API_END
 

@@ -61,9 +61,7 @@ PLAIT_API(ncclResult_t, CommGrow,
     if (use.usable()) id = comm->impl->agreeOnGrow(uniqueId, nRanks);
   }
   if (!id.isOk()) return fail(id.status(), call);
-  ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
-  inherited.blocking = comm->blocking ? 1 : 0;
-  return initRank(newcomm, nRanks, *id, comm->rank, config ? config : &inherited, call);
+  return initChild(comm, newcomm, nRanks, *id, comm->rank, config, call);
 } PLAIT_API_END
 
 // Local: in-flight operations on comm fail fast (also on the peers that wait
@@ -129,8 +127,6 @@ PLAIT_API(ncclResult_t, CommShrink,
     if (use.usable()) shrunk = comm->impl->shrink(excluded, (shrinkFlags & NCCL_SHRINK_ABORT) != 0);
   }
   if (!shrunk.isOk()) return fail(shrunk.status(), call);
-  ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
-  inherited.blocking = comm->blocking ? 1 : 0;
-  return initRank(newcomm, shrunk->nranks, shrunk->id, shrunk->rank, config ? config : &inherited, call);
+  return initChild(comm, newcomm, shrunk->nranks, shrunk->id, shrunk->rank, config, call);
 }
 PLAIT_API_END
