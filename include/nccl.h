@@ -456,6 +456,34 @@ PLAIT_DECLARE(ncclResult_t, ParamGetAllParameterKeys, (const char*** table, int*
 /* Every parameter and where its value came from, at NCCL_DEBUG=INFO (ENV). */
 PLAIT_DECLARE(void, ParamDumpAll, (void));
 
+/* ---- Encryption (NCCL 2.32) ------------------------------------------- */
+/* Process-wide: TCP connections Plait opens after the call (bootstrap and
+ * the socket transport) are TLS 1.3 sessions keyed by `psk`, a text both
+ * sides must share; NONE turns it off for later connections. Needs OpenSSL 3
+ * (libssl.so.3) at run time: without it the call fails with
+ * ncclSystemError and nothing changes. Shared memory, CUDA IPC, UCX and
+ * verbs traffic is not covered. */
+typedef enum {
+  NCCL_ENCRYPTION_MODE_NONE = 0, /* plaintext */
+  NCCL_ENCRYPTION_MODE_PSK = 1   /* pre-shared key */
+} ncclEncryptionMode_t;
+
+typedef struct ncclEncryptionConfig_v23200 {
+  size_t size;         /* sizeof(ncclEncryptionConfig_t) as the caller knows it */
+  unsigned int magic;  /* 0xcafebeef */
+  unsigned int version;
+  int mode;            /* ncclEncryptionMode_t */
+  const char* psk;     /* NUL-terminated key text (PSK mode) */
+} ncclEncryptionConfig_t;
+
+#define NCCL_ENCRYPTION_CONFIG_INITIALIZER                                      \
+  {                                                                             \
+    sizeof(ncclEncryptionConfig_t), 0xcafebeef, NCCL_VERSION(2, 32, 0),         \
+        NCCL_ENCRYPTION_MODE_NONE, NCCL_CONFIG_UNDEF_PTR                        \
+  }
+
+PLAIT_DECLARE(ncclResult_t, SetEncryption, (const ncclEncryptionConfig_t* config));
+
 #undef PLAIT_DECLARE
 
 #ifdef __cplusplus

@@ -11,6 +11,7 @@ PACKAGES=(
   python3 python3-matplotlib graphviz         # perf/compare plots, topology pictures
   python3-pip                                 # NVIDIA's newest NCCL headers from PyPI (tests/abi)
   iproute2 nftables iperf3 procps             # multi-node tests in network namespaces
+  libssl3                                     # ncclSetEncryption (TLS, loaded at run time)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

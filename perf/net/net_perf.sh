@@ -9,7 +9,9 @@
 # once: an all-reduce moves data both ways), then the Plait and Gloo tables
 # (float32 sum) and a ratio table: Plait busbw / iperf3, Plait / Gloo per
 # size. Environment: NCCL_NET (Socket default, or UCX), PLAIT_* tunables,
-# ROUNDS (default 3: interleaved Plait/Gloo rounds, medians reported).
+# ROUNDS (default 3: interleaved Plait/Gloo rounds, medians reported),
+# PEER=encrypted (compare with Plait itself under NCCL_ENCRYPTION_PSK, TLS
+# 1.3 on the bootstrap and every socket stream, instead of Gloo).
 # Needs root, iproute2, iperf3.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -18,6 +20,7 @@ shift || true
 [ "${1:-}" = "--" ] && shift
 EXTRA=("$@")
 ROUNDS=${ROUNDS:-3}
+PEER=${PEER:-gloo}
 # shellcheck source=../../tests/net/netns_lib.sh
 source "$ROOT/tests/net/netns_lib.sh"
 netns_available || { echo "net_perf.sh: needs root and ip netns"; exit 77; }
@@ -58,17 +61,22 @@ echo "# iperf3 $(netns_addr 0) -> $(netns_addr 1): $(iperf) Gbit/s one way, $(ip
 STORE=$OUT/gloo-store
 for ((r = 1; r <= ROUNDS; r++)); do
   run_pair "plait$r" "$BIN/all_reduce_perf" -b 64K -e 256M -f 4 -n 20 -w 3 -c 0 -d float -o sum "${EXTRA[@]}"
-  rm -rf "$STORE" && mkdir -p "$STORE"
-  run_pair "gloo$r" "$BIN/gloo_perf" -a allreduce_ring -s "$STORE" -b 64K -e 256M -f 4 -n 20 -w 3 -k 0
+  if [ "$PEER" = encrypted ]; then
+    run_pair "peer$r" env NCCL_ENCRYPTION_PSK=net-perf-key "$BIN/all_reduce_perf" -b 64K -e 256M -f 4 -n 20 -w 3 \
+      -c 0 -d float -o sum "${EXTRA[@]}"
+  else
+    rm -rf "$STORE" && mkdir -p "$STORE"
+    run_pair "peer$r" "$BIN/gloo_perf" -a allreduce_ring -s "$STORE" -b 64K -e 256M -f 4 -n 20 -w 3 -k 0
+  fi
 done
 echo "# iperf3 again after the runs: $(iperf) Gbit/s one way, $(iperf --bidir) Gbit/s both ways"
 echo "# Plait all_reduce_perf (rank 0, round 1):"
 grep -v "^#" "$OUT/plait1.0" | grep -E "^ +[0-9]" || cat "$OUT/plait1.0"
-echo "# Gloo allreduce_ring (rank 0, round 1):"
-grep -E "^ +[0-9]" "$OUT/gloo1.0" || cat "$OUT/gloo1.0"
-python3 - "$OUT" "$ROUNDS" <<'EOF'
+echo "# $PEER (rank 0, round 1):"
+grep -E "^ +[0-9]" "$OUT/peer1.0" || cat "$OUT/peer1.0"
+python3 - "$OUT" "$ROUNDS" "$PEER" <<'EOF'
 import statistics, sys, glob
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, peer = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def table(prefix, col):
     rows = {}
     for r in range(1, rounds + 1):
@@ -80,9 +88,10 @@ def table(prefix, col):
     return {k: statistics.median(v) for k, v in rows.items()}
 # busbw columns: out-of-place busbw is field 7 in the nccl-tests table; Gloo
 # (in-place algorithm) reports in the in-place busbw column, field 11.
-plait, gloo = table("plait", 7), table("gloo", 11)
+plait, gloo = table("plait", 7), table("peer", 7 if peer == "encrypted" else 11)
+name = "Plait+TLS" if peer == "encrypted" else "Gloo"
 print("# medians of %d rounds, busbw GB/s" % rounds)
-print("%12s %10s %10s %8s" % ("size (B)", "Plait", "Gloo", "P/G"))
+print("%12s %10s %10s %8s" % ("size (B)", "Plait", name, "P/peer"))
 for size in sorted(plait):
     g = gloo.get(size)
     print("%12d %10.3f %10s %8s" % (size, plait[size], "%.3f" % g if g else "-", "%.2f" % (plait[size] / g) if g else "-"))

@@ -90,8 +90,12 @@ Result<GreetingGate::Greeted> GreetingGate::next(Socket& listener, Deadline dead
       Pending& p = pending_[i];
       auto got = p.socket.recvSome(p.buffer.data() + p.received, greetingBytes_ - p.received);
       if (!got.isOk()) {
-        PLAIT_INFO(kBootstrap, "%s: dropped a connection before its greeting: %s", who_.c_str(),
-                   got.status().toString().c_str());
+        // A peer with another encryption key is a misconfiguration worth a WARN.
+        if (got.status().message().find("TLS handshake") != std::string::npos)
+          PLAIT_WARN(kBootstrap, "%s: refused a connection: %s", who_.c_str(), got.status().message().c_str());
+        else
+          PLAIT_INFO(kBootstrap, "%s: dropped a connection before its greeting: %s", who_.c_str(),
+                     got.status().toString().c_str());
         pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
         break;
       }
@@ -103,6 +107,51 @@ Result<GreetingGate::Greeted> GreetingGate::next(Socket& listener, Deadline dead
       }
     }
     if (fds[0].revents != 0) acceptAll(listener);
+  }
+}
+
+// ---- GreetingThread -----------------------------------------------------------------
+
+GreetingThread::GreetingThread(std::string who, Socket& listener, size_t greetingBytes, int64_t perConnectionMs,
+                               size_t maxQueued)
+    : who_(who), listener_(listener), gate_(std::move(who), greetingBytes, perConnectionMs),
+      maxQueued_(std::max<size_t>(maxQueued, 1)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+void GreetingThread::run() {
+  while (stop_.load(std::memory_order_acquire) == 0) {
+    auto g = gate_.next(listener_, Deadline::afterMs(kPollSliceMs), &stop_);
+    if (!g.isOk()) continue;  // a quiet slice, or stop (next() already backs off on accept failures)
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ready_.size() >= maxQueued_) {
+      PLAIT_WARN(kBootstrap, "%s: %zu greeted connections nobody has taken; dropping the oldest, from %s",
+                 who_.c_str(), ready_.size(), ready_.front().socket.peerAddress().toString().c_str());
+      ready_.pop_front();
+    }
+    ready_.push_back(std::move(g.value()));
+    cv_.notify_all();
+  }
+}
+
+void GreetingThread::stop() {
+  stop_.store(1, std::memory_order_release);
+  if (thread_.joinable()) thread_.join();
+}
+
+Result<GreetingGate::Greeted> GreetingThread::next(Deadline deadline, const std::atomic<uint32_t>* abortFlag) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (!ready_.empty()) {
+      GreetingGate::Greeted g = std::move(ready_.front());
+      ready_.pop_front();
+      return g;
+    }
+    if (abortFlag != nullptr && abortFlag->load(std::memory_order_acquire) != 0)
+      return remoteError(who_ + ": waiting for connections: aborted");
+    if (deadline.expired()) return remoteError(who_ + ": waiting for connections: timed out");
+    const int64_t ms = std::max<int64_t>(std::min(deadline.remainingMs(), kPollSliceMs), 1);
+    cv_.wait_for(lock, std::chrono::milliseconds(ms));
   }
 }
 

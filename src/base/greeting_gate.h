@@ -14,10 +14,13 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/socket.h"
@@ -59,6 +62,39 @@ class GreetingGate {
   int64_t perConnectionMs_;
   size_t maxPending_;
   std::deque<Pending> pending_;
+};
+
+// A GreetingGate driven by a thread of its own, for a listener whose clients
+// must not wait for its owner: with encryption on (base/tls/tls.h) a client's
+// first send blocks until the server answers the TLS handshake, so a rank
+// blocked elsewhere would stall every peer connecting to it. Greeted
+// connections queue (bounded) until next() takes them. The thread owns the
+// listener's accept side from construction until stop().
+class GreetingThread {
+ public:
+  GreetingThread(std::string who, Socket& listener, size_t greetingBytes, int64_t perConnectionMs,
+                 size_t maxQueued = 1024);
+  ~GreetingThread() { stop(); }
+  GreetingThread(const GreetingThread&) = delete;
+  GreetingThread& operator=(const GreetingThread&) = delete;
+
+  // As GreetingGate::next, from the queue.
+  Result<GreetingGate::Greeted> next(Deadline deadline, const std::atomic<uint32_t>* abortFlag);
+  // Ends the thread (within one poll slice) and waits for it. Idempotent.
+  void stop();
+
+ private:
+  void run();
+
+  std::string who_;
+  Socket& listener_;
+  GreetingGate gate_;
+  size_t maxQueued_;
+  std::atomic<uint32_t> stop_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GreetingGate::Greeted> ready_;
+  std::thread thread_;
 };
 
 }  // namespace plait::net

@@ -16,6 +16,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "base/tls/tls.h"
 
 namespace plait::net {
 namespace {
@@ -228,9 +229,12 @@ bool operator==(const SocketAddress& a, const SocketAddress& b) {
 
 // ---- Socket -------------------------------------------------------------------
 
+Socket::Socket(int fd, const SocketAddress& local, const SocketAddress& peer) : fd_(fd), local_(local), peer_(peer) {}
+
 Socket::~Socket() { close(); }
 
-Socket::Socket(Socket&& other) noexcept : fd_(other.fd_), local_(other.local_), peer_(other.peer_) {
+Socket::Socket(Socket&& other) noexcept
+    : fd_(other.fd_), tls_(std::move(other.tls_)), local_(other.local_), peer_(other.peer_) {
   other.fd_ = -1;
 }
 
@@ -238,6 +242,7 @@ Socket& Socket::operator=(Socket&& other) noexcept {
   if (this != &other) {
     close();
     fd_ = other.fd_;
+    tls_ = std::move(other.tls_);
     local_ = other.local_;
     peer_ = other.peer_;
     other.fd_ = -1;
@@ -246,9 +251,27 @@ Socket& Socket::operator=(Socket&& other) noexcept {
 }
 
 void Socket::close() {
+  tls_.reset();  // before the fd: it may still say close_notify
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
 }
+
+Status Socket::startTls(bool server) {
+  PLAIT_ASSIGN_OR_RETURN(std::shared_ptr<const tls::Context> ctx, tls::current());
+  if (ctx == nullptr) return Status::ok();
+  PLAIT_ASSIGN_OR_RETURN(tls_, tls::Session::open(std::move(ctx), fd_, peer_.toString(), server));
+  return Status::ok();
+}
+
+ssize_t Socket::ioSend(const void* data, size_t bytes) {
+  return tls_ ? tls_->send(data, bytes) : ::send(fd_, data, bytes, MSG_NOSIGNAL);
+}
+
+ssize_t Socket::ioRecv(void* data, size_t bytes) { return tls_ ? tls_->recv(data, bytes) : ::recv(fd_, data, bytes, 0); }
+
+short Socket::waitEvents(short plain) const { return tls_ ? tls_->waitEvents() : plain; }
+
+std::string Socket::tlsFailure() const { return tls_ ? tls_->failure() : std::string(); }
 
 void Socket::shutdown() {
   if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
@@ -280,6 +303,7 @@ Result<Socket> Socket::accept(Deadline deadline, const std::atomic<uint32_t>* ab
     }
     Socket s(fd, sockName(fd, false), sockName(fd, true));
     PLAIT_RETURN_IF_ERROR(setNonBlockingNoDelay(fd, true));
+    PLAIT_RETURN_IF_ERROR(s.startTls(true));
     return s;
   }
 }
@@ -294,20 +318,30 @@ Result<Socket> Socket::tryAccept() {
     }
     Socket s(fd, sockName(fd, false), sockName(fd, true));
     PLAIT_RETURN_IF_ERROR(setNonBlockingNoDelay(fd, true));
+    PLAIT_RETURN_IF_ERROR(s.startTls(true));
     return s;
   }
 }
 
 Result<size_t> Socket::recvSome(void* data, size_t bytes) {
-  if (bytes == 0) return size_t{0};
-  for (;;) {
-    ssize_t n = ::recv(fd_, data, bytes, 0);
-    if (n > 0) return static_cast<size_t>(n);
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t n = ioRecv(static_cast<char*>(data) + done, bytes - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      // TLS may hold more decrypted bytes than the socket shows to poll():
+      // take them now. A plain socket returns after one read, as before.
+      if (tls_) continue;
+      return done;
+    }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return size_t{0};
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return done;
+    if (done > 0) return done;  // the failure shows on the next call
+    if (n < 0 && errno == EPROTO && tls_) return remoteError(tlsFailure());
     return remoteError(n == 0 ? "connection closed by peer " + peer_.toString()
                               : "connection to " + peer_.toString() + " failed: " + std::strerror(errno));
   }
+  return done;
 }
 
 Result<Socket> Socket::connect(const SocketAddress& addr, Deadline deadline,
@@ -335,6 +369,7 @@ Result<Socket> Socket::connect(const SocketAddress& addr, Deadline deadline,
     if (err == 0) {
       PLAIT_RETURN_IF_ERROR(setNonBlockingNoDelay(fd, true));
       s.local_ = sockName(fd, false);
+      PLAIT_RETURN_IF_ERROR(s.startTls(false));
       return s;
     }
     if (!isRetryableConnectError(err)) {
@@ -354,18 +389,19 @@ Status Socket::sendAll(const void* data, size_t bytes, Deadline deadline, const 
   const char* p = static_cast<const char*>(data);
   size_t done = 0;
   while (done < bytes) {
-    ssize_t n = ::send(fd_, p + done, bytes - done, MSG_NOSIGNAL);
+    ssize_t n = ioSend(p + done, bytes - done);
     if (n > 0) {
       done += static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      PLAIT_RETURN_IF_ERROR(waitReady(fd_, POLLOUT, deadline, abortFlag,
+      PLAIT_RETURN_IF_ERROR(waitReady(fd_, waitEvents(POLLOUT), deadline, abortFlag,
                                       "send to " + peer_.toString() + " (" + std::to_string(done) + " of " +
                                           std::to_string(bytes) + " bytes sent)"));
       continue;
     }
     if (aborted(abortFlag)) return remoteError("send to " + peer_.toString() + ": aborted");
+    if (n < 0 && errno == EPROTO && tls_) return remoteError(tlsFailure());
     return remoteError("connection to " + peer_.toString() + " failed while sending: " +
                        std::strerror(n < 0 ? errno : EPIPE));
   }
@@ -376,18 +412,19 @@ Status Socket::recvAll(void* data, size_t bytes, Deadline deadline, const std::a
   char* p = static_cast<char*>(data);
   size_t done = 0;
   while (done < bytes) {
-    ssize_t n = ::recv(fd_, p + done, bytes - done, 0);
+    ssize_t n = ioRecv(p + done, bytes - done);
     if (n > 0) {
       done += static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      PLAIT_RETURN_IF_ERROR(waitReady(fd_, POLLIN, deadline, abortFlag,
+      PLAIT_RETURN_IF_ERROR(waitReady(fd_, waitEvents(POLLIN), deadline, abortFlag,
                                       "receive from " + peer_.toString() + " (" + std::to_string(done) + " of " +
                                           std::to_string(bytes) + " bytes received)"));
       continue;
     }
     if (aborted(abortFlag)) return remoteError("receive from " + peer_.toString() + ": aborted");
+    if (n < 0 && errno == EPROTO && tls_) return remoteError(tlsFailure());
     std::string why = n == 0 ? "connection closed by peer " + peer_.toString()
                              : "connection to " + peer_.toString() + " failed: " + std::strerror(errno);
     return remoteError(why + " (" + std::to_string(done) + " of " + std::to_string(bytes) + " bytes received)");

@@ -10,6 +10,12 @@
 //
 // A Socket is used by one thread at a time; fd()-level shutdown() from
 // another thread is the one exception (it wakes a blocked call).
+//
+// When encryption is on (base/tls/tls.h) accept() and connect() wrap the
+// connection in a TLS session taken from the setting of that moment; every
+// call below then moves plaintext through it and the handshake happens in
+// the first sends and receives. A peer with another key fails there, with
+// kRemoteError saying so.
 #pragma once
 
 #include <netinet/in.h>
@@ -17,12 +23,14 @@
 
 #include <atomic>
 #include <cstddef>
+#include <memory>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/clock.h"
+#include "base/tls/tls.h"
 #include "plait/status.hpp"
 
 namespace plait::net {
@@ -108,15 +116,26 @@ class Socket {
   void close();
 
   bool isValid() const { return fd_ >= 0; }
+  bool encrypted() const { return tls_ != nullptr; }
   int fd() const { return fd_; }
   const SocketAddress& localAddress() const { return local_; }
   // For accepted and connected sockets; invalid for listening ones.
   const SocketAddress& peerAddress() const { return peer_; }
 
  private:
-  Socket(int fd, const SocketAddress& local, const SocketAddress& peer) : fd_(fd), local_(local), peer_(peer) {}
+  Socket(int fd, const SocketAddress& local, const SocketAddress& peer);
+  // Wraps the connection in TLS when encryption is on.
+  Status startTls(bool server);
+  // ::send / ::recv, or the TLS session's equivalents.
+  ssize_t ioSend(const void* data, size_t bytes);
+  ssize_t ioRecv(void* data, size_t bytes);
+  // What a would-block waits for: `plain` without TLS, else what TLS asks.
+  short waitEvents(short plain) const;
+  // The reason behind an EPROTO from the TLS session.
+  std::string tlsFailure() const;
 
   int fd_ = -1;
+  std::unique_ptr<tls::Session> tls_;
   SocketAddress local_;
   SocketAddress peer_;
 };

@@ -20,6 +20,7 @@
 
 #include "base/config.h"
 #include "base/greeting_gate.h"
+#include "base/tls/tls.h"
 #include "base/log.h"
 #include "base/no_throw.h"
 
@@ -443,6 +444,10 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::create(const ncclUniqueId& id, int
 
   PLAIT_ASSIGN_OR_RETURN(net::SocketAddress myAddr, listenAddressFor(contents.root));
   PLAIT_ASSIGN_OR_RETURN(bs->listener_, net::Socket::listen(myAddr, kListenBacklog));
+  PLAIT_ASSIGN_OR_RETURN(std::shared_ptr<const tls::Context> encryption, tls::current());
+  if (encryption != nullptr)
+    bs->peerThread_ = std::make_unique<net::GreetingThread>("rank " + std::to_string(rank) + " bootstrap listener",
+                                                            bs->listener_, sizeof(PeerHello), kHelloTimeoutMs);
 
   RootHello hello{};
   hello.magic = contents.magic;
@@ -498,6 +503,7 @@ bool Bootstrap::aborted() const {
 
 void Bootstrap::abort() {
   abort_.store(1, std::memory_order_release);
+  if (peerThread_) peerThread_->stop();  // before the listener goes, or it would complain of it
   std::lock_guard<std::mutex> lock(socketsMu_);
   listener_.shutdown();
   for (net::Socket& s : sendSockets_) s.shutdown();
@@ -548,12 +554,14 @@ Result<net::Socket*> Bootstrap::sendSocket(int peer, Deadline deadline) {
 }
 
 Status Bootstrap::acceptFrom(int peer, Deadline deadline) {
-  if (!peerGate_)
+  if (!peerGate_ && !peerThread_)
     peerGate_ = std::make_unique<net::GreetingGate>("rank " + std::to_string(rank_) + " bootstrap listener",
                                                     sizeof(PeerHello), kHelloTimeoutMs);
   while (!recvSockets_[static_cast<size_t>(peer)].isValid()) {
     if (aborted()) return peerFailure(peer, "waiting for a connection from", remoteError("aborted"));
-    auto g = peerGate_->next(listener_, earlier(deadline, Deadline::afterMs(kAbortSliceMs)), socketAbortFlag());
+    const Deadline slice = earlier(deadline, Deadline::afterMs(kAbortSliceMs));
+    auto g = peerThread_ ? peerThread_->next(slice, socketAbortFlag())
+                         : peerGate_->next(listener_, slice, socketAbortFlag());
     if (!g.isOk()) {
       if (g.status().code() == Code::kRemoteError && !deadline.expired() && !aborted()) continue;
       return peerFailure(peer, "waiting for a connection from", g.takeStatus());

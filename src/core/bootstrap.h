@@ -167,6 +167,9 @@ class Bootstrap {
   std::vector<net::Socket> sendSockets_;  // [peer] -> connection I write to
   std::vector<net::Socket> recvSockets_;  // [peer] -> connection I read from
   std::unique_ptr<net::GreetingGate> peerGate_;  // reads peers' hellos, made on first use
+  // With encryption on, the hellos are read by a thread instead (peers'
+  // TLS handshakes must not wait for this rank to be in acceptFrom).
+  std::unique_ptr<net::GreetingThread> peerThread_;
   std::map<MessageKey, std::deque<std::vector<char>>> unexpected_;
   uint64_t unexpectedBytes_ = 0;  // buffered in unexpected_, bounded
   std::atomic<uint32_t> abort_{0};

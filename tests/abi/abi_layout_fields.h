@@ -27,7 +27,9 @@
   FIELD(ncclConfig_t, graphStreamOrdering) FIELD(ncclConfig_t, launchOrderImplicit)                          \
   FIELD(ncclConfig_t, numRmaSig) FIELD(ncclConfig_t, rmaEagerInit) FIELD(ncclConfig_t, hostCftMode)          \
   FIELD(ncclConfig_t, nvlsHostMode) SIZE(ncclConfig_t)                                                       \
-  SIZE(ncclSimInfo_t) FIELD(ncclSimInfo_t, estimatedTime) SIZE(ncclUniqueId)
+  SIZE(ncclSimInfo_t) FIELD(ncclSimInfo_t, estimatedTime) SIZE(ncclUniqueId)                             \
+  SIZE(ncclEncryptionConfig_t) FIELD(ncclEncryptionConfig_t, size) FIELD(ncclEncryptionConfig_t, magic)     \
+  FIELD(ncclEncryptionConfig_t, version) FIELD(ncclEncryptionConfig_t, mode) FIELD(ncclEncryptionConfig_t, psk)
 
 // Fills `out` with the sizes and offsets in list order (at most `max`);
 // returns how many. `names` (if not null) gets "type" / "type.member".

@@ -15,6 +15,7 @@
 
 #include "base/clock.h"
 #include "base/config.h"
+#include "base/tls/tls.h"
 #include "transport/net/net_plugin.h"
 #include "transport/net/net_transport.h"
 #include "transport/net_test_util.h"
@@ -37,10 +38,14 @@ TEST_CASE("socket net: devices and properties follow NCCL_SOCKET_IFNAME", "[net]
 TEST_CASE("socket net: messages of every size arrive in order over several streams", "[net]") {
   setenv("PLAIT_SOCKET_NSTREAMS", GENERATE("1", "3"), 1);
   setenv("PLAIT_SOCKET_MIN_PART_BYTES", "4096", 1);
+  const bool encrypted = GENERATE(false, true);  // ncclSetEncryption's TLS on every stream
   plait::config::resetAll();
+  if (encrypted) REQUIRE(tls::enablePsk("test key").isOk());
+  const uint64_t sealed = tls::counters().sealedBytes.load();
   const PlaitNetV8& net = loopbackSocketNet();
   void *sc, *rc;
   connectPair(net, &sc, &rc);
+  tls::disable();  // the comms keep what they were opened with
   const std::vector<int> sizes = {0, 1, 7, 4096, 4097, 3 * 4096 + 5, 1 << 20};
   std::vector<std::vector<char>> out, in;
   std::vector<void*> sreq, rreq;
@@ -67,6 +72,11 @@ TEST_CASE("socket net: messages of every size arrive in order over several strea
     REQUIRE(waitRequest(net, rreq[i]) == sizes[i]);
   }
   for (size_t i = 0; i < sizes.size(); ++i) CHECK((sizes[i] == 0 || std::memcmp(in[i].data(), out[i].data(), sizes[i]) == 0));
+  // Encrypted: every payload byte went through TLS (plus hellos and size words).
+  uint64_t payload = 0;
+  for (int n : sizes) payload += static_cast<uint64_t>(n);
+  if (encrypted) CHECK(tls::counters().sealedBytes.load() - sealed > payload);
+  else CHECK(tls::counters().sealedBytes.load() == sealed);
   net.closeSend(sc);
   net.closeRecv(rc);
   unsetenv("PLAIT_SOCKET_NSTREAMS");

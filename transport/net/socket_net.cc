@@ -16,6 +16,10 @@
 // 24-byte hello {magic, connection id, stream index, stream count} that the
 // listener uses to assemble the streams of one connection.
 //
+// With encryption on (ncclSetEncryption, base/tls/tls.h) every stream is a
+// TLS 1.3 session, the hello included: the handshake runs inside the first
+// non-blocking sends and receives, and a peer with another key fails it.
+//
 // Errors name the peer's address ("connection to 10.0.0.2:41000 closed by
 // the peer"), go to the logger at WARN and make the comm fail for good.
 #include <fcntl.h>
@@ -30,6 +34,7 @@
 #include <cstdarg>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -37,6 +42,7 @@
 
 #include "base/config.h"
 #include "base/socket.h"
+#include "base/tls/tls.h"
 #include "transport/net/net.h"
 #include "transport/net/net_plugin.h"
 #include "transport/net/socket_dmabuf.h"
@@ -154,6 +160,7 @@ struct Comm {
   bool sending = false;
   int nStreams = 1;
   int fds[kMaxStreams];
+  std::unique_ptr<tls::Session> tls[kMaxStreams];  // null without encryption
   net::SocketAddress peer;
   Request reqs[kMaxRequests];
   uint64_t posted = 0;  // requests posted (sequence numbers)
@@ -171,9 +178,33 @@ void partOf(size_t bytes, int nStreams, int s, size_t* begin, size_t* end) {
   *end = std::min(bytes, part * (s + 1));
 }
 
-Status streamError(Comm& c, const char* what, ssize_t rc) {
-  std::string why = rc == 0 ? "closed by the peer" : std::string(what) + ": " + std::strerror(errno);
-  c.failure = "connection to " + c.peer.toString() + " " + why;
+// One stream's I/O, like sendmsg / recvmsg with MSG_DONTWAIT: through its
+// TLS session when it has one.
+ssize_t streamSend(int fd, tls::Session* t, iovec* iov, int n) {
+  if (t != nullptr) return t->sendv(iov, n);
+  msghdr m{};
+  m.msg_iov = iov;
+  m.msg_iovlen = static_cast<size_t>(n);
+  return ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+ssize_t streamRecv(int fd, tls::Session* t, iovec* iov, int n) {
+  if (t != nullptr) return t->recvv(iov, n);
+  msghdr m{};
+  m.msg_iov = iov;
+  m.msg_iovlen = static_cast<size_t>(n);
+  return ::recvmsg(fd, &m, MSG_DONTWAIT);
+}
+
+// Why a stream's last call failed: the peer closed (rc 0), TLS refused, or errno.
+std::string streamWhy(tls::Session* t, const char* what, ssize_t rc) {
+  if (rc == 0) return "closed by the peer";
+  if (errno == EPROTO && t != nullptr) return t->failure();
+  return std::string(what) + ": " + std::strerror(errno);
+}
+
+Status streamError(Comm& c, int s, const char* what, ssize_t rc) {
+  c.failure = "connection to " + c.peer.toString() + " " + streamWhy(c.tls[s].get(), what, rc);
   return remoteError(c.failure);
 }
 
@@ -182,10 +213,11 @@ Status streamError(Comm& c, const char* what, ssize_t rc) {
 bool moveOnStream(Comm& c, Request& r, int s, Status* error) {
   if (!c.sending && s == 0 && !r.sizeKnown) {
     while (r.done[0] < sizeof r.header) {
-      ssize_t n = ::recv(c.fds[0], reinterpret_cast<char*>(&r.header) + r.done[0], sizeof r.header - r.done[0], 0);
+      iovec iov{reinterpret_cast<char*>(&r.header) + r.done[0], sizeof r.header - r.done[0]};
+      ssize_t n = streamRecv(c.fds[0], c.tls[0].get(), &iov, 1);
       if (n > 0) { r.done[0] += static_cast<size_t>(n); continue; }
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) return false;
-      *error = streamError(c, "recv", n);
+      *error = streamError(c, 0, "recv", n);
       return false;
     }
     if (r.header > r.capacity) {
@@ -207,13 +239,11 @@ bool moveOnStream(Comm& c, Request& r, int s, Status* error) {
     if (r.done[s] < hdr) iov[nIov++] = {reinterpret_cast<char*>(&r.header) + r.done[s], hdr - r.done[s]};
     const size_t dataDone = r.done[s] > hdr ? r.done[s] - hdr : 0;
     if (end - begin > dataDone) iov[nIov++] = {r.data + begin + dataDone, end - begin - dataDone};
-    msghdr m{};
-    m.msg_iov = iov;
-    m.msg_iovlen = static_cast<size_t>(nIov);
-    ssize_t n = c.sending ? ::sendmsg(c.fds[s], &m, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recvmsg(c.fds[s], &m, MSG_DONTWAIT);
+    ssize_t n = c.sending ? streamSend(c.fds[s], c.tls[s].get(), iov, nIov)
+                          : streamRecv(c.fds[s], c.tls[s].get(), iov, nIov);
     if (n > 0) { r.done[s] += static_cast<size_t>(n); continue; }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return false;
-    *error = streamError(c, c.sending ? "send" : "recv", n);
+    *error = streamError(c, s, c.sending ? "send" : "recv", n);
     return false;
   }
   return true;
@@ -293,8 +323,10 @@ int sockTest(void* request, int* done, int* sizes) {
 int closeComm(void* comm) {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr) return netr::kSuccess;
-  for (int s = 0; s < c->nStreams; ++s)
+  for (int s = 0; s < c->nStreams; ++s) {
+    c->tls[s].reset();  // before its fd: the number may be reused at once
     if (c->fds[s] >= 0) ::close(c->fds[s]);
+  }
   delete c;
   return netr::kSuccess;
 }
@@ -310,9 +342,11 @@ struct ListenComm {
     Hello hello;
     size_t got;
     net::SocketAddress peer;
+    std::unique_ptr<tls::Session> tls;
   };
   std::vector<Pending> pending;
   int fds[kMaxStreams];
+  std::unique_ptr<tls::Session> tls[kMaxStreams];
   int have = 0;
   net::SocketAddress peer;
 };
@@ -321,7 +355,22 @@ struct ConnectStage {
   int fds[kMaxStreams];
   bool connected[kMaxStreams] = {};
   size_t helloSent[kMaxStreams] = {};
+  std::unique_ptr<tls::Session> tls[kMaxStreams];
+
+  void closeAll(int n) {
+    for (int k = 0; k < n; ++k) {
+      tls[k].reset();
+      if (fds[k] >= 0) ::close(fds[k]);
+    }
+  }
 };
+
+// A TLS session for a stream when encryption is on (null otherwise).
+Result<std::unique_ptr<tls::Session>> maybeTls(int fd, const net::SocketAddress& peer, bool server) {
+  PLAIT_ASSIGN_OR_RETURN(std::shared_ptr<const tls::Context> ctx, tls::current());
+  if (ctx == nullptr) return std::unique_ptr<tls::Session>();
+  return tls::Session::open(std::move(ctx), fd, peer.toString(), server);
+}
 
 int sockListen(int dev, void* handleBytes, void** listenComm) {
   *listenComm = nullptr;
@@ -355,11 +404,13 @@ int sockListen(int dev, void* handleBytes, void** listenComm) {
   return netr::kSuccess;
 }
 
-Comm* newComm(bool sending, int nStreams, const int* fds, const net::SocketAddress& peer) {
+Comm* newComm(bool sending, int nStreams, const int* fds, std::unique_ptr<tls::Session>* sessions,
+              const net::SocketAddress& peer) {
   auto* c = new Comm();
   c->sending = sending;
   c->nStreams = nStreams;
   std::copy(fds, fds + nStreams, c->fds);
+  for (int s = 0; s < nStreams; ++s) c->tls[s] = std::move(sessions[s]);
   c->peer = peer;
   return c;
 }
@@ -377,14 +428,15 @@ Result<bool> advanceConnect(ConnectStage& st, const Handle& h, int s) {
       return remoteError("connecting to " + h.addr.toString() + ": " + std::strerror(err));
     }
     st.connected[s] = true;
+    PLAIT_ASSIGN_OR_RETURN(st.tls[s], maybeTls(st.fds[s], h.addr, false));
   }
   Hello hello{kHelloMagic, h.id, static_cast<uint32_t>(s), static_cast<uint32_t>(h.nStreams)};
   while (st.helloSent[s] < sizeof hello) {
-    ssize_t n = ::send(st.fds[s], reinterpret_cast<char*>(&hello) + st.helloSent[s], sizeof hello - st.helloSent[s],
-                       MSG_NOSIGNAL | MSG_DONTWAIT);
+    iovec iov{reinterpret_cast<char*>(&hello) + st.helloSent[s], sizeof hello - st.helloSent[s]};
+    ssize_t n = streamSend(st.fds[s], st.tls[s].get(), &iov, 1);
     if (n > 0) { st.helloSent[s] += static_cast<size_t>(n); continue; }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return false;
-    return remoteError("sending the hello to " + h.addr.toString() + ": " + std::strerror(errno));
+    return remoteError("sending the hello to " + h.addr.toString() + ": " + streamWhy(st.tls[s].get(), "send", n));
   }
   return true;
 }
@@ -403,8 +455,7 @@ int sockConnect(int /*dev*/, void* handleBytes, void** sendComm, PlaitNetDeviceH
           errno != EINPROGRESS)
         opts = remoteError("connecting to " + h->addr.toString() + ": " + std::strerror(errno));
       if (!opts.isOk()) {
-        for (int k = 0; k <= s; ++k)
-          if (st->fds[k] >= 0) ::close(st->fds[k]);
+        st->closeAll(s + 1);
         delete st;
         return failWith(opts, netr::kRemoteError);
       }
@@ -416,7 +467,7 @@ int sockConnect(int /*dev*/, void* handleBytes, void** sendComm, PlaitNetDeviceH
   for (int s = 0; s < h->nStreams; ++s) {
     Result<bool> r = advanceConnect(*st, *h, s);
     if (!r.isOk()) {
-      for (int k = 0; k < h->nStreams; ++k) ::close(st->fds[k]);
+      st->closeAll(h->nStreams);
       delete st;
       h->stage = nullptr;
       return failWith(r.takeStatus(), netr::kRemoteError);
@@ -424,7 +475,7 @@ int sockConnect(int /*dev*/, void* handleBytes, void** sendComm, PlaitNetDeviceH
     all = all && r.value();
   }
   if (!all) return netr::kSuccess;
-  *sendComm = newComm(true, h->nStreams, st->fds, h->addr);
+  *sendComm = newComm(true, h->nStreams, st->fds, st->tls, h->addr);
   delete st;
   h->stage = nullptr;
   return netr::kSuccess;
@@ -433,10 +484,14 @@ int sockConnect(int /*dev*/, void* handleBytes, void** sendComm, PlaitNetDeviceH
 // Reads what is there of one pending stream's hello; true when it is complete.
 bool readHello(ListenComm::Pending& p) {
   while (p.got < sizeof p.hello) {
-    ssize_t n = ::recv(p.fd, reinterpret_cast<char*>(&p.hello) + p.got, sizeof p.hello - p.got, MSG_DONTWAIT);
+    iovec iov{reinterpret_cast<char*>(&p.hello) + p.got, sizeof p.hello - p.got};
+    ssize_t n = streamRecv(p.fd, p.tls.get(), &iov, 1);
     if (n > 0) { p.got += static_cast<size_t>(n); continue; }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return false;
-    ::close(p.fd);  // a stranger or a connection that died: forget it
+    // A stranger, a peer with another key, or a connection that died: forget it.
+    if (n < 0 && errno == EPROTO && p.tls) SOCK_WARN("%s", p.tls->failure().c_str());
+    p.tls.reset();
+    ::close(p.fd);
     p.fd = -1;
     return false;
   }
@@ -452,16 +507,24 @@ int sockAccept(void* listenComm, void** recvComm, PlaitNetDeviceHandle** /*devCo
     int fd = ::accept4(l.fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
     if (fd < 0) break;
     if (!setSocketOptions(fd).isOk()) { ::close(fd); continue; }
-    l.pending.push_back({fd, {}, 0, net::SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len)});
+    net::SocketAddress peer = net::SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+    auto session = maybeTls(fd, peer, true);
+    if (!session.isOk()) {
+      ::close(fd);
+      return failWith(session.status(), netr::kSystemError);
+    }
+    l.pending.push_back({fd, {}, 0, peer, std::move(session.value())});
   }
   for (ListenComm::Pending& p : l.pending) {
     if (p.fd < 0 || !readHello(p)) continue;
     const Hello& h = p.hello;
     if (h.magic != kHelloMagic || h.id != l.id || h.stream >= static_cast<uint32_t>(l.nStreams) ||
         l.fds[h.stream] >= 0) {
+      p.tls.reset();
       ::close(p.fd);
     } else {
       l.fds[h.stream] = p.fd;
+      l.tls[h.stream] = std::move(p.tls);
       l.peer = p.peer;
       ++l.have;
     }
@@ -469,7 +532,7 @@ int sockAccept(void* listenComm, void** recvComm, PlaitNetDeviceHandle** /*devCo
   }
   std::erase_if(l.pending, [](const ListenComm::Pending& p) { return p.fd < 0; });
   if (l.have < l.nStreams) return netr::kSuccess;
-  *recvComm = newComm(false, l.nStreams, l.fds, l.peer);
+  *recvComm = newComm(false, l.nStreams, l.fds, l.tls, l.peer);
   std::fill(std::begin(l.fds), std::end(l.fds), -1);
   l.have = 0;
   return netr::kSuccess;
@@ -478,10 +541,14 @@ int sockAccept(void* listenComm, void** recvComm, PlaitNetDeviceHandle** /*devCo
 int sockCloseListen(void* listenComm) {
   auto* l = static_cast<ListenComm*>(listenComm);
   if (l == nullptr) return netr::kSuccess;
-  for (auto& p : l->pending)
+  for (auto& p : l->pending) {
+    p.tls.reset();
     if (p.fd >= 0) ::close(p.fd);
-  for (int s = 0; s < kMaxStreams; ++s)
+  }
+  for (int s = 0; s < kMaxStreams; ++s) {
+    l->tls[s].reset();
     if (l->fds[s] >= 0) ::close(l->fds[s]);
+  }
   ::close(l->fd);
   delete l;
   return netr::kSuccess;
