@@ -323,12 +323,17 @@ ssize_t Session::recv(void* data, size_t bytes) {
   return rc;
 }
 
-ssize_t Session::sendv(const iovec* iov, int n) {
+namespace {
+
+// Moves the pieces of an iovec in order through `io` (send or recv), like
+// sendmsg/recvmsg: what moved before a would-block or failure, else its result.
+template <class Io>
+ssize_t eachPiece(const iovec* iov, int n, Io io) {
   ssize_t total = 0;
   for (int i = 0; i < n; ++i) {
     size_t done = 0;
     while (done < iov[i].iov_len) {
-      ssize_t rc = send(static_cast<const char*>(iov[i].iov_base) + done, iov[i].iov_len - done);
+      ssize_t rc = io(static_cast<char*>(iov[i].iov_base) + done, iov[i].iov_len - done);
       if (rc <= 0) return total > 0 ? total : rc;
       done += static_cast<size_t>(rc);
       total += rc;
@@ -337,18 +342,14 @@ ssize_t Session::sendv(const iovec* iov, int n) {
   return total;
 }
 
+}  // namespace
+
+ssize_t Session::sendv(const iovec* iov, int n) {
+  return eachPiece(iov, n, [this](char* p, size_t bytes) { return send(p, bytes); });
+}
+
 ssize_t Session::recvv(const iovec* iov, int n) {
-  ssize_t total = 0;
-  for (int i = 0; i < n; ++i) {
-    size_t done = 0;
-    while (done < iov[i].iov_len) {
-      ssize_t rc = recv(static_cast<char*>(iov[i].iov_base) + done, iov[i].iov_len - done);
-      if (rc <= 0) return total > 0 ? total : rc;
-      done += static_cast<size_t>(rc);
-      total += rc;
-    }
-  }
-  return total;
+  return eachPiece(iov, n, [this](char* p, size_t bytes) { return recv(p, bytes); });
 }
 
 }  // namespace plait::tls

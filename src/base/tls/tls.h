@@ -8,7 +8,10 @@
 // by the key: external PSK with an ephemeral (EC)DHE exchange (psk_dhe_ke),
 // cipher TLS_AES_128_GCM_SHA256, no certificates, no session tickets. A peer
 // holding another key, or none, fails the handshake; both sides' errors say
-// so. Connections opened before the call keep what they had. Other transports
+// so. Connections opened before the call keep what they had; since a
+// communicator opens some connections lazily (bootstrap peers, split
+// children), set it before creating communicators, the same on every rank.
+// Other transports
 // (shared memory, CUDA IPC, UCX, verbs) are outside this boundary, as in NCCL.
 //
 // The TLS library is OpenSSL 3, loaded at run time (openssl_api.h).
