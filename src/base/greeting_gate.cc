@@ -136,6 +136,7 @@ void GreetingThread::run() {
 
 void GreetingThread::stop() {
   stop_.store(1, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(joinMu_);  // two aborters must not join at once
   if (thread_.joinable()) thread_.join();
 }
 

@@ -80,7 +80,8 @@ class GreetingThread {
 
   // As GreetingGate::next, from the queue.
   Result<GreetingGate::Greeted> next(Deadline deadline, const std::atomic<uint32_t>* abortFlag);
-  // Ends the thread (within one poll slice) and waits for it. Idempotent.
+  // Ends the thread (within one poll slice) and waits for it. Idempotent;
+  // any thread.
   void stop();
 
  private:
@@ -94,6 +95,7 @@ class GreetingThread {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<GreetingGate::Greeted> ready_;
+  std::mutex joinMu_;
   std::thread thread_;
 };
 
