@@ -257,9 +257,7 @@ void Socket::close() {
 }
 
 Status Socket::startTls(bool server) {
-  PLAIT_ASSIGN_OR_RETURN(std::shared_ptr<const tls::Context> ctx, tls::current());
-  if (ctx == nullptr) return Status::ok();
-  PLAIT_ASSIGN_OR_RETURN(tls_, tls::Session::open(std::move(ctx), fd_, peer_.toString(), server));
+  PLAIT_ASSIGN_OR_RETURN(tls_, tls::openIfEnabled(fd_, peer_.toString(), server));
   return Status::ok();
 }
 

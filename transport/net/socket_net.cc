@@ -365,12 +365,6 @@ struct ConnectStage {
   }
 };
 
-// A TLS session for a stream when encryption is on (null otherwise).
-Result<std::unique_ptr<tls::Session>> maybeTls(int fd, const net::SocketAddress& peer, bool server) {
-  PLAIT_ASSIGN_OR_RETURN(std::shared_ptr<const tls::Context> ctx, tls::current());
-  if (ctx == nullptr) return std::unique_ptr<tls::Session>();
-  return tls::Session::open(std::move(ctx), fd, peer.toString(), server);
-}
 
 int sockListen(int dev, void* handleBytes, void** listenComm) {
   *listenComm = nullptr;
@@ -428,7 +422,7 @@ Result<bool> advanceConnect(ConnectStage& st, const Handle& h, int s) {
       return remoteError("connecting to " + h.addr.toString() + ": " + std::strerror(err));
     }
     st.connected[s] = true;
-    PLAIT_ASSIGN_OR_RETURN(st.tls[s], maybeTls(st.fds[s], h.addr, false));
+    PLAIT_ASSIGN_OR_RETURN(st.tls[s], tls::openIfEnabled(st.fds[s], h.addr.toString(), false));
   }
   Hello hello{kHelloMagic, h.id, static_cast<uint32_t>(s), static_cast<uint32_t>(h.nStreams)};
   while (st.helloSent[s] < sizeof hello) {
@@ -508,7 +502,7 @@ int sockAccept(void* listenComm, void** recvComm, PlaitNetDeviceHandle** /*devCo
     if (fd < 0) break;
     if (!setSocketOptions(fd).isOk()) { ::close(fd); continue; }
     net::SocketAddress peer = net::SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
-    auto session = maybeTls(fd, peer, true);
+    auto session = tls::openIfEnabled(fd, peer.toString(), true);
     if (!session.isOk()) {
       ::close(fd);
       return failWith(session.status(), netr::kSystemError);

@@ -221,6 +221,12 @@ Result<std::shared_ptr<const Context>> current() {
   return gCurrent;
 }
 
+Result<std::unique_ptr<Session>> openIfEnabled(int fd, const std::string& peer, bool server) {
+  PLAIT_ASSIGN_OR_RETURN(std::shared_ptr<const Context> ctx, current());
+  if (ctx == nullptr) return std::unique_ptr<Session>();
+  return Session::open(std::move(ctx), fd, peer, server);
+}
+
 Counters& counters() {
   static Counters c;
   return c;

@@ -47,6 +47,11 @@ void disable();
 // connection, never a fallback to plaintext.
 Result<std::shared_ptr<const Context>> current();
 
+class Session;
+// A session over the connected socket `fd` when encryption is on now; null
+// when it is off. What base/socket.h and the socket transport call.
+Result<std::unique_ptr<Session>> openIfEnabled(int fd, const std::string& peer, bool server);
+
 // Process-wide counters, for tests and logs.
 struct Counters {
   std::atomic<uint64_t> sessions{0};     // TLS sessions created
