@@ -23,7 +23,7 @@ bundle() {
   cmake -S . -B "$build" -G Ninja -DPLAIT_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || return 1
   ninja -C "$build" nccl device_compile_check device_conformance loopback_bench device_coll_perf vmm_probe \
-    test_device_api_windows_gpu test_symmetric_collectives_gpu test_net_gpu_memory_gpu || return 1
+    test_device_api_windows_gpu test_symmetric_collectives_gpu test_net_gpu_memory_gpu test_device_suspend_gpu || return 1
   rm -rf .gpu && mkdir -p .gpu/lib .gpu/bin
   cp -L "$build/src/api/libnccl.so.2" .gpu/lib/
   local lib
@@ -32,7 +32,7 @@ bundle() {
   cp "$build/algorithms/device/device_compile_check" "$build/tests/process/device_conformance" \
     "$build/perf/device/loopback_bench" "$build/perf/device/device_coll_perf" "$build/perf/device/vmm_probe" \
     "$build/tests/device_api/test_device_api_windows_gpu" "$build/tests/device_api/test_symmetric_collectives_gpu" \
-    "$build/tests/device_api/test_net_gpu_memory_gpu" .gpu/bin/
+    "$build/tests/device_api/test_net_gpu_memory_gpu" "$build/tests/device_api/test_device_suspend_gpu" .gpu/bin/
   strip --strip-debug .gpu/lib/libnccl.so.2 .gpu/bin/*
   du -sh .gpu
 }
@@ -80,9 +80,15 @@ run() {
   # GPUDirect RDMA's GPU memory: a dmabuf of cudaMalloc memory, the flush
   # (no RDMA NIC here: the registration itself stays unverified).
   step net_gpu_memory 60 .gpu/bin/test_net_gpu_memory_gpu "~[no_dmabuf]"
+  # ncclCommSuspend / ncclCommResume: FIFOs freed and re-made, IPC mappings
+  # closed and reopened, results right after resume; graphs refuse suspend.
+  step device_suspend 120 env PLAIT_ALLOW_SHARED_DEVICE=1 .gpu/bin/test_device_suspend_gpu
+  grep -h "^suspend:" "$logs/device_suspend.log"
   if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     step memcheck_conformance_2 300 env PLAIT_ALLOW_SHARED_DEVICE=1 compute-sanitizer --tool memcheck \
       --target-processes all --error-exitcode 9 .gpu/bin/device_conformance 2
+    step memcheck_suspend 200 env PLAIT_ALLOW_SHARED_DEVICE=1 compute-sanitizer --tool memcheck \
+      --error-exitcode 9 .gpu/bin/test_device_suspend_gpu
     step synccheck_kernels 300 compute-sanitizer --tool synccheck --error-exitcode 9 .gpu/bin/device_compile_check
     step racecheck_kernels 300 compute-sanitizer --tool racecheck --error-exitcode 9 .gpu/bin/device_compile_check
   fi

@@ -13,19 +13,22 @@
 
 namespace plait_test {
 
-// Runs nranks threads, rank r on CUDA device r with its own communicator and
-// stream; body returns "" or what went wrong.
+// Runs nranks threads, rank r on CUDA device r (modulo the devices there are:
+// on a one-GPU machine every rank shares it, with PLAIT_ALLOW_SHARED_DEVICE=1)
+// with its own communicator and stream; body returns "" or what went wrong.
 inline std::vector<std::string> runDeviceRanks(int nranks,
                                         const std::function<std::string(int, ncclComm_t, cudaStream_t)>& body) {
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return {"ncclGetUniqueId failed"};
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) return {"no CUDA device"};
   std::vector<std::string> errors(nranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < nranks; ++r)
     threads.emplace_back([&, r] {
       cudaStream_t stream = nullptr;
       ncclComm_t comm = nullptr;
-      if (cudaSetDevice(r) != cudaSuccess || cudaStreamCreate(&stream) != cudaSuccess) {
+      if (cudaSetDevice(r % devices) != cudaSuccess || cudaStreamCreate(&stream) != cudaSuccess) {
         errors[r] = "CUDA setup failed";
         return;
       }
