@@ -484,6 +484,32 @@ typedef struct ncclEncryptionConfig_v23200 {
 
 PLAIT_DECLARE(ncclResult_t, SetEncryption, (const ncclEncryptionConfig_t* config));
 
+/* ---- One-sided operations (NCCL 2.32) --------------------------------- */
+/* A rank writes into a peer's window (registered collectively with
+ * ncclCommWindowRegister: peerWin is this rank's handle of it) and raises a
+ * signal the peer counts; the peer takes no part until it waits. Signals
+ * are counters per (sender, sigIdx, ctx): ncclWaitSignal returns once each
+ * descriptor's opCnt more signals came, and consumes them. A put's bytes are
+ * in the window before its signal is counted. sigIdx, ctx and flags must
+ * be 0 (as NCCL 2.32). Plait: host memory (stream NULL blocks; a Plait host
+ * stream queues); the first one-sided call on a communicator is collective
+ * (every rank's first such call connects them). */
+PLAIT_DECLARE(ncclResult_t, PutSignal,
+              (const void* localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin,
+               size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream));
+PLAIT_DECLARE(ncclResult_t, Signal,
+              (int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream));
+
+typedef struct {
+  int opCnt;  /* signals to wait for (> 0) */
+  int peer;   /* from this rank */
+  int sigIdx; /* 0 */
+  int ctx;    /* 0 */
+} ncclWaitSignalDesc_t;
+
+PLAIT_DECLARE(ncclResult_t, WaitSignal,
+              (int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm, cudaStream_t stream));
+
 #undef PLAIT_DECLARE
 
 #ifdef __cplusplus

@@ -282,10 +282,12 @@ void Communicator::abortParts() {
   if (deviceNet_) deviceNet_->abort();
   if (shm_) shm_->abort();
   if (net_) net_->abort();
+  if (rma_) rma_->abort();
   if (bootstrap_) bootstrap_->abort();
 }
 
 Communicator::~Communicator() {
+  rma_.reset();  // its agent writes into windows
   if (board_) board_->markDeparted();
   releaseDevice();  // first: kernels may still use the FIFOs
   workers_.reset();

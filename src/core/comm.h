@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <mutex>
@@ -26,6 +27,7 @@
 #include "core/symmetric.h"
 #include "core/task.h"
 #include "core/tuner.h"
+#include "rma/rma_service.h"
 #include "algorithms/primitives.h"
 #include "plait/status.hpp"
 #include "transport/net/net_transport.h"
@@ -137,6 +139,18 @@ class Communicator {
   Status suspend(int flags);
   Status resume();
   bool suspended() const { return suspended_.load(std::memory_order_acquire); }
+  // One-sided operations on host memory (comm_rma.cc, rma/rma_service.h):
+  // ncclPutSignal (bytes 0 with a null window: ncclSignal) and
+  // ncclWaitSignal. The first such call on a communicator connects the
+  // agent, collectively: every rank's first one-sided call (any of the
+  // three) meets the others' there, as in NCCL. `win` is this rank's handle
+  // of the window; the peer resolves the same registration of its own.
+  Status putSignal(const void* src, size_t bytes, int peer, void* win, size_t offset, bool signal);
+  Status waitSignals(const std::vector<rma::SignalWait>& waits);
+  // The C++ API's any-of wait: the index of the wait that was met.
+  Result<int> waitAnySignal(const std::vector<rma::SignalWait>& waits);
+  // Bytes of a window from `offset` on, or why `win` is not one.
+  Result<size_t> windowBytesFrom(void* win, size_t offset) const;
   // ncclCommMemStats: GPU memory this communicator allocated itself.
   struct MemStats {
     uint64_t suspendable = 0;  // the device path's connections (kept as they were while suspended)
@@ -157,6 +171,11 @@ class Communicator {
   Status runOnDevice(const Task& task);
   // The device API's space, made collectively on first use (comm_windows.cc).
   Status ensureSymmetric();
+  Status ensureRma();
+  // Records a new window under the next registration serial (one-sided
+  // puts name windows by it) and, for host memory, in rmaWindows_.
+  void noteWindow(void* win, void* buff, size_t bytes);
+  void forgetWindow(void* win);
   std::string deviceApiRefusal() const;
   // How `task` runs as a symmetric kernel (its buffers in windows, every rank
   // in one LSA team), or nothing: then it runs on the FIFO rings.
@@ -217,6 +236,18 @@ class Communicator {
   std::unique_ptr<NetTransport> deviceNet_;  // the kernels' edges to other hosts, with their own proxy
   std::unique_ptr<DeviceBackend> device_;    // null: device buffers are refused with deviceUnavailable_
   std::unique_ptr<SymmetricSpace> symmetric_;  // the device API's windows; made on first use
+  struct WindowNote {
+    uint64_t serial = 0;
+    char* base = nullptr;
+    size_t bytes = 0;
+    bool host = false;  // host memory: one-sided puts may land in it
+  };
+  mutable std::mutex windowsMu_;
+  uint64_t windowSerial_ = 0;              // windows registered so far, counted alike on every rank
+  std::map<void*, WindowNote> windowNotes_;  // by handle
+  rma::WindowTable rmaWindows_;            // host windows the one-sided agent may write, by serial
+  std::unique_ptr<rma::Service> rma_;      // made by the first one-sided call (under partsMu_)
+  std::mutex rmaMu_;                       // one-sided setup
   Status deviceUnavailable_;
   ShmTransportOptions deviceHostOptions_;  // what connectDevice got at init (resume connects again)
   std::vector<uint64_t> hostOf_;          // per rank: its host

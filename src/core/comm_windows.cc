@@ -6,6 +6,7 @@
 
 #include "algorithms/device/symmetric_work.h"
 #include "base/config.h"
+#include "base/cuda_probe.h"
 #include "base/log.h"
 #include "core/comm.h"
 
@@ -92,12 +93,16 @@ Status Communicator::registerWindow(void* buff, size_t bytes, int flags, void** 
   if (!direct_) return invalidUsage("the communicator is not initialised");
   if ((flags & NCCL_WIN_COLL_SYMMETRIC) != 0 && suspended())
     return invalidUsage("a symmetric window on a suspended communicator (ncclCommSuspend): ncclCommResume first");
-  if ((flags & NCCL_WIN_COLL_SYMMETRIC) == 0 || !device_)
-    return direct_->registerBuffer(buff, bytes, RegistrationKind::kWindow, win);
+  auto localOnly = [&]() -> Status {
+    PLAIT_RETURN_IF_ERROR(direct_->registerBuffer(buff, bytes, RegistrationKind::kWindow, win));
+    noteWindow(*win, buff, bytes);
+    return Status::ok();
+  };
+  if ((flags & NCCL_WIN_COLL_SYMMETRIC) == 0 || !device_) return localOnly();
   if (aborted()) return invalidUsage("the communicator was aborted");
   log::ScopedLogRank logRank(rank_);
   PLAIT_RETURN_IF_ERROR(ensureSymmetric());
-  if (!symmetric_->refusal().empty()) return direct_->registerBuffer(buff, bytes, RegistrationKind::kWindow, win);
+  if (!symmetric_->refusal().empty()) return localOnly();
   // The symmetric collectives' barrier words, before the first window (every
   // rank gets here alike: the refusal is agreed).
   if (lsaSize_ == nranks_ && nranks_ > 1) PLAIT_RETURN_IF_ERROR(symmetric_->createSignals());
@@ -111,11 +116,32 @@ Status Communicator::registerWindow(void* buff, size_t bytes, int flags, void** 
   }
   symmetric_->attachLocalHandle(window, local);
   *win = window;
+  noteWindow(window, buff, bytes);
   return Status::ok();
+}
+
+void Communicator::noteWindow(void* win, void* buff, size_t bytes) {
+  std::lock_guard<std::mutex> lock(windowsMu_);
+  WindowNote note;
+  note.serial = ++windowSerial_;
+  note.base = static_cast<char*>(buff);
+  note.bytes = bytes;
+  note.host = cuda::deviceOf(buff) < 0;
+  if (note.host) rmaWindows_.add(note.serial, note.base, bytes);
+  windowNotes_[win] = note;
+}
+
+void Communicator::forgetWindow(void* win) {
+  std::lock_guard<std::mutex> lock(windowsMu_);
+  auto it = windowNotes_.find(win);
+  if (it == windowNotes_.end()) return;
+  if (it->second.host) rmaWindows_.remove(it->second.serial);
+  windowNotes_.erase(it);
 }
 
 Status Communicator::deregisterWindow(void* win) {
   if (!direct_) return invalidUsage("the communicator is not initialised");
+  forgetWindow(win);  // first: the one-sided agent stops writing into it
   if (!symmetric_ || !symmetric_->isWindow(win)) return direct_->deregisterBuffer(win, RegistrationKind::kWindow);
   void* local = nullptr;
   PLAIT_RETURN_IF_ERROR(symmetric_->deregisterWindow(win, &local));

@@ -29,7 +29,9 @@
   FIELD(ncclConfig_t, nvlsHostMode) SIZE(ncclConfig_t)                                                       \
   SIZE(ncclSimInfo_t) FIELD(ncclSimInfo_t, estimatedTime) SIZE(ncclUniqueId)                             \
   SIZE(ncclEncryptionConfig_t) FIELD(ncclEncryptionConfig_t, size) FIELD(ncclEncryptionConfig_t, magic)     \
-  FIELD(ncclEncryptionConfig_t, version) FIELD(ncclEncryptionConfig_t, mode) FIELD(ncclEncryptionConfig_t, psk)
+  FIELD(ncclEncryptionConfig_t, version) FIELD(ncclEncryptionConfig_t, mode) FIELD(ncclEncryptionConfig_t, psk)      \
+  SIZE(ncclWaitSignalDesc_t) FIELD(ncclWaitSignalDesc_t, opCnt) FIELD(ncclWaitSignalDesc_t, peer)                     \
+  FIELD(ncclWaitSignalDesc_t, sigIdx) FIELD(ncclWaitSignalDesc_t, ctx)
 
 // Fills `out` with the sizes and offsets in list order (at most `max`);
 // returns how many. `names` (if not null) gets "type" / "type.member".

@@ -1,0 +1,518 @@
+// rma_service.cc — the one-sided agent and its connections (rma_service.h).
+#include "rma/rma_service.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "base/config.h"
+#include "base/log.h"
+#include "transport/net/net_plugin.h"
+
+namespace plait::rma {
+namespace {
+
+PLAIT_PARAM_INT(kRmaChunkBytes, "RMA_CHUNK_BYTES", 256 << 10,
+                "payload bytes per one-sided message (ncclPutSignal): larger puts are split, each connection "
+                "stages 4 such messages per direction");
+
+constexpr uint32_t kMagic = 0x504c5241;  // "PLRA"
+constexpr uint32_t kPut = 1;
+constexpr uint32_t kGoodbye = 2;     // the sender is closing: everything before it was sent
+constexpr uint32_t kGoodbyeAck = 3;  // every message before the goodbye landed: close now
+constexpr size_t kHeaderBytes = 64;
+
+
+// Waits between empty polls of the agent, doubling up to this (µs): an idle
+// agent costs little CPU, a busy one never sleeps.
+constexpr int kAgentMaxSleepUs = 200;
+
+// How long closing waits for each peer to acknowledge the goodbye.
+constexpr int64_t kGoodbyeMs = 10000;
+
+}  // namespace
+
+// One message's header (rma_service.h: Wire).
+struct Header {
+  uint32_t magic = kMagic;
+  uint32_t kind = kPut;
+  uint64_t window = 0;   // registration serial; 0 with bytes 0 (a bare signal)
+  uint64_t offset = 0;   // in the window
+  uint64_t bytes = 0;    // payload in this message
+  uint32_t signal = 0;   // 1: count a signal once the payload landed
+  uint32_t reserved = 0;
+  uint64_t total = 0;    // the whole put's bytes (for messages)
+};
+static_assert(sizeof(Header) <= kHeaderBytes);
+
+void WindowTable::add(uint64_t id, char* base, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  windows_[id] = {base, bytes};
+}
+
+void WindowTable::remove(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  windows_.erase(id);
+}
+
+std::string WindowTable::write(uint64_t id, uint64_t offset, const void* src, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = windows_.find(id);
+  if (it == windows_.end())
+    return "window #" + std::to_string(id) + " is not registered there (never, or deregistered)";
+  const size_t size = it->second.second;
+  if (offset > size || bytes > size - offset)
+    return "bytes [" + std::to_string(offset) + ", " + std::to_string(offset + bytes) + ") are outside window #" +
+           std::to_string(id) + " (" + std::to_string(size) + " bytes there)";
+  if (bytes > 0) std::memcpy(it->second.first + offset, src, bytes);
+  return std::string();
+}
+
+Result<std::unique_ptr<Service>> Service::create(const ServiceSetup& setup, Deadline deadline) {
+  std::unique_ptr<Service> s(new Service());
+  s->rank_ = setup.rank;
+  s->nranks_ = setup.nranks;
+  s->windows_ = setup.windows;
+  s->abortFlag_ = setup.abortFlag;
+  s->peerNames_ = setup.peerNames;
+  s->peerNames_.resize(static_cast<size_t>(setup.nranks));
+  for (int r = 0; r < setup.nranks; ++r)
+    if (s->peerNames_[r].empty()) s->peerNames_[r] = "rank " + std::to_string(r);
+  s->chunkBytes_ = static_cast<size_t>(std::clamp<int64_t>(kRmaChunkBytes.get(), 4096, 64 << 20));
+  s->messageBytes_ = kHeaderBytes + s->chunkBytes_;
+  s->received_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(setup.nranks));
+  s->goodbyeAcked_ = std::make_unique<std::atomic<bool>[]>(static_cast<size_t>(setup.nranks));
+  s->consumed_.assign(setup.nranks, 0);
+  s->failures_.assign(setup.nranks, std::string());
+  s->senders_.resize(setup.nranks);
+  s->receivers_.resize(setup.nranks);
+  if (setup.nranks > 1) {
+    PLAIT_ASSIGN_OR_RETURN(NetChoice choice, chooseNet());
+    s->net_ = choice.api;
+    s->dev_ = setup.localRank % choice.nDevices;
+    PlaitNetProperties props{};
+    if (s->net_->getProperties(s->dev_, &props) != 0)
+      return systemError("network device properties: " + takeNetError());
+    s->description_ = std::string("NET/") + s->net_->name + "/" + (props.name ? props.name : "?");
+    PLAIT_RETURN_IF_ERROR(s->connect(setup, deadline));
+    s->agent_ = std::thread([p = s.get()] { p->agentLoop(); });
+  } else {
+    s->description_ = "self";
+  }
+  PLAIT_INFO(kNet, "rank %d: one-sided operations via %s (%zu-byte messages)", setup.rank, s->description_.c_str(),
+             s->chunkBytes_);
+  return s;
+}
+
+Status Service::allocate(Slots& s, void* comm) {
+  s.comm = comm;
+  s.memory.assign(static_cast<size_t>(depth_) * messageBytes_, 0);
+  s.requests.assign(depth_, nullptr);
+  if (net_->regMr(comm, s.memory.data(), s.memory.size(), kNetPtrHost, &s.mhandle) != 0)
+    return systemError("registering one-sided staging memory: " + takeNetError());
+  return Status::ok();
+}
+
+void Service::release(Slots& s, bool send) {
+  if (s.comm == nullptr) return;
+  if (s.mhandle != nullptr) net_->deregMr(s.comm, s.mhandle);
+  if (send)
+    net_->closeSend(s.comm);
+  else
+    net_->closeRecv(s.comm);
+  s.comm = nullptr;
+  s.mhandle = nullptr;
+}
+
+// Every rank listens once per peer; slot [r][q] of the exchange is rank r's
+// handle for peer q. Connects and accepts progress in one loop, so the
+// order peers get here in does not matter.
+Status Service::connect(const ServiceSetup& setup, Deadline deadline) {
+  const size_t slotBytes = static_cast<size_t>(nranks_) * kNetHandleBytes;
+  std::vector<char> all(slotBytes * nranks_, 0);
+  std::vector<void*> listens(nranks_, nullptr);
+  auto closeListens = [&] {
+    for (void*& l : listens)
+      if (l != nullptr) net_->closeListen(l), l = nullptr;
+  };
+  for (int q = 0; q < nranks_; ++q) {
+    if (q == rank_) continue;
+    if (net_->listen(dev_, &all[slotBytes * rank_ + q * kNetHandleBytes], &listens[q]) != 0) {
+      closeListens();
+      return systemError("one-sided operations: listening for " + peerNames_[q] + ": " + takeNetError());
+    }
+  }
+  if (Status s = setup.oob->allGather(all.data(), slotBytes, deadline); !s.isOk()) {
+    closeListens();
+    return s;
+  }
+  std::vector<std::array<char, kNetHandleBytes>> handles(nranks_);
+  for (int q = 0; q < nranks_; ++q) {
+    if (q == rank_) continue;
+    std::memcpy(handles[q].data(), &all[slotBytes * q + rank_ * kNetHandleBytes], kNetHandleBytes);
+    senders_[q] = std::make_unique<Sender>();
+  }
+  int left = 2 * (nranks_ - 1);
+  Status s;
+  while (left > 0 && s.isOk()) {
+    bool moved = false;
+    for (int q = 0; q < nranks_ && s.isOk(); ++q) {
+      if (q == rank_) continue;
+      PlaitNetDeviceHandle* devHandle = nullptr;
+      if (senders_[q]->slots.comm == nullptr) {
+        void* comm = nullptr;
+        if (net_->connect(dev_, handles[q].data(), &comm, &devHandle) != 0)
+          s = remoteError("one-sided operations: connecting to " + peerNames_[q] + ": " + takeNetError());
+        else if (comm != nullptr && (s = allocate(senders_[q]->slots, comm)).isOk())
+          --left, moved = true;
+      }
+      if (s.isOk() && listens[q] != nullptr) {
+        void* comm = nullptr;
+        if (net_->accept(listens[q], &comm, &devHandle) != 0) {
+          s = remoteError("one-sided operations: accepting the connection of " + peerNames_[q] + ": " +
+                          takeNetError());
+        } else if (comm != nullptr) {
+          net_->closeListen(listens[q]);
+          listens[q] = nullptr;
+          if ((s = allocate(receivers_[q], comm)).isOk()) --left, moved = true;
+        }
+      }
+    }
+    if (!s.isOk() || moved) continue;
+    if (abortFlag_ != nullptr && abortFlag_->load(std::memory_order_acquire) != 0)
+      s = remoteError("one-sided operations: aborted while connecting");
+    else if (deadline.expired())
+      s = remoteError("one-sided operations: timed out connecting to every peer");
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  closeListens();
+  return s;
+}
+
+// A bare header on peer's connection (the sender's lock taken; callers of
+// this service are done or make progress without the agent).
+bool Service::sendControl(int peer, const Header& h) {
+  Sender& sender = *senders_[peer];
+  std::lock_guard<std::mutex> lock(sender.mu);
+  if (!sender.failure.empty() || sender.slots.comm == nullptr) return false;
+  Slots& s = sender.slots;
+  if (s.posted - s.done == depth_ && !waitSend(peer, sender, s.done + 1, Deadline::afterMs(kGoodbyeMs)).isOk())
+    return false;
+  char* message = slot(s, s.posted);
+  std::memcpy(message, &h, sizeof h);
+  void* request = nullptr;
+  const Deadline deadline = Deadline::afterMs(kGoodbyeMs);
+  while (request == nullptr && !deadline.expired()) {
+    if (net_->isend(s.comm, message, static_cast<int>(kHeaderBytes), 0, s.mhandle, &request) != 0) return false;
+    if (request == nullptr) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  if (request == nullptr) return false;
+  s.requests[s.posted++ % depth_] = request;
+  return waitSend(peer, sender, s.posted, deadline).isOk();
+}
+
+// Closing without losing what peers still read: each peer's agent lands
+// everything this rank sent before the goodbye, then acknowledges it; only
+// then do the connections close (a socket closed early would take unread
+// messages with it). Bounded: a dead or aborted peer is not waited for.
+void Service::sayGoodbye() {
+  std::vector<bool> waiting(nranks_, false);
+  for (int q = 0; q < nranks_; ++q) {
+    if (q == rank_ || !senders_[q]) continue;
+    Header h;
+    h.kind = kGoodbye;
+    waiting[q] = sendControl(q, h);
+  }
+  const Deadline deadline = Deadline::afterMs(kGoodbyeMs);
+  for (int q = 0; q < nranks_; ++q) {
+    while (waiting[q] && !goodbyeAcked_[q].load(std::memory_order_acquire) && !deadline.expired() &&
+           !aborted_.load(std::memory_order_acquire)) {
+      {
+        std::lock_guard<std::mutex> lock(waitMu_);
+        // The peer's connection failed, or it is closing too (its own
+        // goodbye came): it no longer needs what this rank sent.
+        if (!failures_[q].empty()) break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+}
+
+Service::~Service() {
+  if (agent_.joinable() && !aborted_.load(std::memory_order_acquire) &&
+      (abortFlag_ == nullptr || abortFlag_->load(std::memory_order_acquire) == 0))
+    sayGoodbye();
+  stop_.store(true, std::memory_order_release);
+  if (agent_.joinable()) agent_.join();
+  for (int q = 0; q < nranks_; ++q) {
+    if (senders_[q]) {
+      std::lock_guard<std::mutex> lock(senders_[q]->mu);
+      release(senders_[q]->slots, true);
+    }
+    release(receivers_[q], false);
+  }
+}
+
+void Service::abort() {
+  aborted_.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(waitMu_);
+  waitCv_.notify_all();
+}
+
+// Completes sends until `until` of them are done (the sender's lock held).
+Status Service::waitSend(int peer, Sender& sender, uint64_t until, Deadline deadline) {
+  Slots& s = sender.slots;
+  int sleepUs = 1;
+  while (s.done < until) {
+    int done = 0, size = 0;
+    if (net_->test(s.requests[s.done % depth_], &done, &size) != 0) {
+      sender.failure = "sending to " + peerNames_[peer] + " failed: " + takeNetError();
+      return remoteError(sender.failure);
+    }
+    if (done) {
+      s.requests[s.done++ % depth_] = nullptr;
+      sleepUs = 1;
+      continue;
+    }
+    if (aborted_.load(std::memory_order_acquire) ||
+        (abortFlag_ != nullptr && abortFlag_->load(std::memory_order_acquire) != 0))
+      return remoteError("aborted during a one-sided put to " + peerNames_[peer]);
+    if (deadline.expired()) return remoteError("timed out during a one-sided put to " + peerNames_[peer]);
+    std::this_thread::sleep_for(std::chrono::microseconds(sleepUs));
+    sleepUs = std::min(sleepUs * 2, kAgentMaxSleepUs);
+  }
+  return Status::ok();
+}
+
+Status Service::put(int peer, uint64_t window, uint64_t offset, const void* src, uint64_t bytes, bool signal,
+                    Deadline deadline) {
+  if (aborted_.load(std::memory_order_acquire)) return remoteError("the communicator was aborted");
+  if (peer == rank_) {
+    std::string why = bytes > 0 || window != 0 ? windows_->write(window, offset, src, bytes) : std::string();
+    if (!why.empty()) return invalidArgument("a put into this rank's own window: " + why);
+    if (signal) {
+      received_[rank_].fetch_add(1, std::memory_order_acq_rel);
+      signalled();
+    }
+    return Status::ok();
+  }
+  Sender& sender = *senders_[peer];
+  std::lock_guard<std::mutex> lock(sender.mu);
+  if (!sender.failure.empty()) return remoteError(sender.failure);
+  Slots& s = sender.slots;
+  uint64_t sent = 0;
+  do {
+    const uint64_t part = std::min<uint64_t>(bytes - sent, chunkBytes_);
+    if (s.posted - s.done == depth_) PLAIT_RETURN_IF_ERROR(waitSend(peer, sender, s.done + 1, deadline));
+    char* message = slot(s, s.posted);
+    Header h;
+    h.window = window;
+    h.offset = offset + sent;
+    h.bytes = part;
+    h.total = bytes;
+    h.signal = signal && sent + part == bytes ? 1 : 0;
+    std::memcpy(message, &h, sizeof h);
+    if (part > 0) std::memcpy(message + kHeaderBytes, static_cast<const char*>(src) + sent, part);
+    void* request = nullptr;
+    int sleepUs = 1;
+    while (request == nullptr) {
+      if (net_->isend(s.comm, message, static_cast<int>(kHeaderBytes + part), 0, s.mhandle, &request) != 0) {
+        sender.failure = "sending to " + peerNames_[peer] + " failed: " + takeNetError();
+        return remoteError(sender.failure);
+      }
+      if (request != nullptr) break;
+      if (Status a = aborted(); !a.isOk()) return remoteError("aborted during a one-sided put to " + peerNames_[peer]);
+      if (deadline.expired()) return remoteError("timed out during a one-sided put to " + peerNames_[peer]);
+      std::this_thread::sleep_for(std::chrono::microseconds(sleepUs));
+      sleepUs = std::min(sleepUs * 2, kAgentMaxSleepUs);
+    }
+    s.requests[s.posted++ % depth_] = request;
+    sent += part;
+  } while (sent < bytes);
+  return waitSend(peer, sender, s.posted, deadline);
+}
+
+void Service::signalled() {
+  std::lock_guard<std::mutex> lock(waitMu_);
+  waitCv_.notify_all();
+}
+
+void Service::failReceiver(int peer, const std::string& why) {
+  Slots& r = receivers_[peer];
+  release(r, false);
+  {
+    std::lock_guard<std::mutex> lock(waitMu_);
+    if (failures_[peer].empty()) failures_[peer] = why;
+    waitCv_.notify_all();
+  }
+  PLAIT_INFO(kNet, "rank %d: one-sided connection from %s: %s", rank_, peerNames_[peer].c_str(), why.c_str());
+}
+
+void Service::land(int peer, const char* message, int size) {
+  Header h;
+  if (size < static_cast<int>(kHeaderBytes)) return failReceiver(peer, "a message too short for its header");
+  std::memcpy(&h, message, sizeof h);
+  if (h.magic != kMagic || h.kind < kPut || h.kind > kGoodbyeAck || h.bytes != static_cast<uint64_t>(size) - kHeaderBytes)
+    return failReceiver(peer, "a malformed one-sided message (magic, kind or length wrong)");
+  if (h.kind == kGoodbye) {
+    // Messages arrive in order: all of the peer's landed. Say so, then
+    // its connection closing is no failure (a wait for it still fails).
+    Header ack;
+    ack.kind = kGoodbyeAck;
+    sendControl(peer, ack);
+    return failReceiver(peer, "it destroyed its communicator");
+  }
+  if (h.kind == kGoodbyeAck) {
+    goodbyeAcked_[peer].store(true, std::memory_order_release);
+    return;
+  }
+  if (h.bytes > 0 || h.window != 0) {
+    std::string why = windows_->write(h.window, h.offset, message + kHeaderBytes, h.bytes);
+    if (!why.empty())
+      return failReceiver(peer, "its put of " + std::to_string(h.total) + " bytes could not land: " + why);
+  }
+  if (h.signal) {
+    received_[peer].fetch_add(1, std::memory_order_acq_rel);
+    signalled();
+  }
+}
+
+bool Service::pumpReceiver(int peer) {
+  Slots& r = receivers_[peer];
+  if (r.comm == nullptr) return false;
+  while (r.posted - r.done < depth_) {
+    void* buffer = slot(r, r.posted);
+    int capacity = static_cast<int>(messageBytes_), tag = 0;
+    void* request = nullptr;
+    if (net_->irecv(r.comm, 1, &buffer, &capacity, &tag, &r.mhandle, &request) != 0) {
+      failReceiver(peer, "its connection failed: " + takeNetError());
+      return false;
+    }
+    if (request == nullptr) break;
+    r.requests[r.posted++ % depth_] = request;
+  }
+  if (r.posted == r.done) return false;
+  int done = 0, size = 0;
+  if (net_->test(r.requests[r.done % depth_], &done, &size) != 0) {
+    failReceiver(peer, "its connection closed or failed: " + takeNetError());
+    return false;
+  }
+  if (!done) return false;
+  r.requests[r.done % depth_] = nullptr;
+  land(peer, slot(r, r.done), size);
+  ++r.done;
+  return true;
+}
+
+void Service::agentLoop() {
+  int sleepUs = 1;
+  while (!stop_.load(std::memory_order_acquire) && !aborted_.load(std::memory_order_acquire)) {
+    if (abortFlag_ != nullptr && abortFlag_->load(std::memory_order_acquire) != 0) {
+      abort();
+      break;
+    }
+    bool moved = false;
+    for (int q = 0; q < nranks_; ++q)
+      if (q != rank_) moved = pumpReceiver(q) || moved;
+    if (moved) {
+      sleepUs = 1;
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(sleepUs));
+    sleepUs = std::min(sleepUs * 2, kAgentMaxSleepUs);
+  }
+}
+
+uint64_t Service::pending(int peer) const {
+  std::lock_guard<std::mutex> lock(waitMu_);
+  return received_[peer].load(std::memory_order_acquire) - consumed_[peer];
+}
+
+Status Service::aborted() const {
+  if (aborted_.load(std::memory_order_acquire) ||
+      (abortFlag_ != nullptr && abortFlag_->load(std::memory_order_acquire) != 0))
+    return remoteError("aborted during ncclWaitSignal");
+  return Status::ok();
+}
+
+std::string Service::starved(const SignalWait& w, uint64_t target) const {
+  const uint64_t got = received_[w.peer].load(std::memory_order_acquire);
+  if (got >= target || failures_[w.peer].empty()) return std::string();
+  return "waiting for " + std::to_string(target - consumed_[w.peer]) + " signal(s) from " + peerNames_[w.peer] +
+         ", " + std::to_string(got - consumed_[w.peer]) + " came, then " + failures_[w.peer];
+}
+
+Status Service::waitFor(const char* what, Deadline deadline, const std::function<bool()>& ready,
+                        const std::function<Status()>& blocked, const std::vector<SignalWait>& waits) {
+  std::unique_lock<std::mutex> lock(waitMu_);
+  while (!ready()) {
+    PLAIT_RETURN_IF_ERROR(blocked());
+    if (deadline.expired()) {
+      std::string have;
+      for (const SignalWait& w : waits)
+        have += (have.empty() ? "" : "; ") + peerNames_[w.peer] + ": " +
+                std::to_string(received_[w.peer].load() - consumed_[w.peer]) + " of " + std::to_string(w.count);
+      return remoteError(std::string("timed out in ") + what + " (signals received so far: " + have + ")");
+    }
+    waitCv_.wait_for(lock, std::chrono::milliseconds(std::min<int64_t>(100, deadline.remainingMs() + 1)));
+  }
+  return Status::ok();
+}
+
+Status Service::waitAll(const std::vector<SignalWait>& waits, Deadline deadline) {
+  // Waits on one peer add up; targets are absolute counts.
+  std::vector<uint64_t> targets(waits.size());
+  {
+    std::lock_guard<std::mutex> lock(waitMu_);
+    std::vector<uint64_t> sum(nranks_, 0);
+    for (size_t i = 0; i < waits.size(); ++i) {
+      sum[waits[i].peer] += waits[i].count;
+      targets[i] = consumed_[waits[i].peer] + sum[waits[i].peer];
+    }
+  }
+  auto ready = [&] {
+    for (size_t i = 0; i < waits.size(); ++i)
+      if (received_[waits[i].peer].load(std::memory_order_acquire) < targets[i]) return false;
+    return true;
+  };
+  auto blocked = [&]() -> Status {  // any starved peer ends the wait
+    PLAIT_RETURN_IF_ERROR(aborted());
+    for (size_t i = 0; i < waits.size(); ++i)
+      if (std::string why = starved(waits[i], targets[i]); !why.empty()) return remoteError(why);
+    return Status::ok();
+  };
+  PLAIT_RETURN_IF_ERROR(waitFor("ncclWaitSignal", deadline, ready, blocked, waits));
+  std::lock_guard<std::mutex> lock(waitMu_);
+  for (size_t i = 0; i < waits.size(); ++i) consumed_[waits[i].peer] = std::max(consumed_[waits[i].peer], targets[i]);
+  return Status::ok();
+}
+
+Result<int> Service::waitAny(const std::vector<SignalWait>& waits, Deadline deadline) {
+  int which = -1;
+  auto target = [&](size_t i) { return consumed_[waits[i].peer] + waits[i].count; };  // waitMu_ held
+  auto ready = [&] {
+    for (size_t i = 0; i < waits.size(); ++i)
+      if (received_[waits[i].peer].load(std::memory_order_acquire) >= target(i)) {
+        which = static_cast<int>(i);
+        return true;
+      }
+    return false;
+  };
+  auto blocked = [&]() -> Status {  // only when every peer is starved
+    PLAIT_RETURN_IF_ERROR(aborted());
+    std::string why;
+    for (size_t i = 0; i < waits.size(); ++i) {
+      std::string one = starved(waits[i], target(i));
+      if (one.empty()) return Status::ok();
+      why += (why.empty() ? "" : "; ") + one;
+    }
+    return remoteError("a wait for any of " + std::to_string(waits.size()) + " signal(s): " + why);
+  };
+  PLAIT_RETURN_IF_ERROR(waitFor("a wait for any signal", deadline, ready, blocked, waits));
+  std::lock_guard<std::mutex> lock(waitMu_);
+  consumed_[waits[which].peer] += waits[which].count;
+  return which;
+}
+
+}  // namespace plait::rma

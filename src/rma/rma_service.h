@@ -1,0 +1,174 @@
+// rma_service.h — one-sided communication on host memory: NCCL 2.32's
+// ncclPutSignal / ncclSignal / ncclWaitSignal (DESIGN.md §9 for where it
+// sits).
+//
+// A put writes a range of a peer's window without the peer calling anything,
+// so something on the peer must take the bytes: every rank runs an agent
+// thread that owns one receiving connection from each peer, lands each
+// message in the window it names and counts the signals it carries. The
+// connections are the chosen network's (transport/net: the built-in
+// sockets, UCX, InfiniBand verbs, an NCCL net plugin), one per ordered pair,
+// made collectively by create(); a put to this rank itself is a copy.
+//
+// Wire: each message is a 64-byte header and up to chunkBytes of payload; a
+// put larger than that is several messages, the signal on the last. One
+// connection delivers in order, so a put's bytes are in the window before
+// its signal is counted, and the signals of one sender are counted in the
+// order it raised them.
+//
+// Windows are named on the wire by their registration serial number on the
+// communicator (NCCL: window registration is collective, so the k-th window
+// is the same window on every rank); the receiver checks the range against
+// its own registration. A put the receiver cannot land (no such window, out
+// of its range) is not written anywhere: the sender's connection is marked
+// failed with the reason, and a wait for that sender's signals fails with it.
+//
+// Signals: per sending peer, a count of signals received. WaitSignal
+// consumes: waiting for n signals from peer q returns once q's count reaches
+// what earlier waits consumed plus n (NCCL's semantics: counters, not
+// flags). Waits have the communicator's deadline, end on abort, and fail
+// with the peer's name when its connection failed or closed before enough
+// signals came.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "plait/clock.hpp"
+#include "plait/status.hpp"
+#include "transport/net/net.h"
+#include "transport/oob.h"
+
+namespace plait::rma {
+
+struct Header;  // of a message on the wire
+
+// The communicator's host windows by registration serial. Thread-safe: the
+// agent writes into windows while the owner registers and deregisters.
+class WindowTable {
+ public:
+  void add(uint64_t id, char* base, size_t bytes);
+  // Waits for a write in progress into the window to end.
+  void remove(uint64_t id);
+  // Copies [src, src + bytes) to window `id` at `offset`; "" or why it cannot.
+  std::string write(uint64_t id, uint64_t offset, const void* src, uint64_t bytes);
+
+ private:
+  std::mutex mu_;
+  std::map<uint64_t, std::pair<char*, size_t>> windows_;
+};
+
+struct ServiceSetup {
+  int rank = 0;
+  int nranks = 1;
+  int localRank = 0;                // picks the network device, as the net transport does
+  OobExchange* oob = nullptr;       // create() only
+  WindowTable* windows = nullptr;   // outlives the service
+  const std::atomic<uint32_t>* abortFlag = nullptr;  // the communicator's
+  std::vector<std::string> peerNames;  // per rank, "rank 3 (host n1, pid 4242)"
+};
+
+// "n signals from peer" (an ncclWaitSignalDesc_t).
+struct SignalWait {
+  int peer = 0;
+  uint64_t count = 0;
+};
+
+class Service {
+ public:
+  // Collective over every rank of the communicator: listens for each peer,
+  // exchanges the handles, connects every ordered pair and starts the
+  // agent. Blocks until connected, the deadline or abort.
+  static Result<std::unique_ptr<Service>> create(const ServiceSetup& setup, Deadline deadline);
+  ~Service();
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  // Writes `bytes` from src into peer's window `window` at `offset`, then
+  // (signal) raises one signal there. Returns once the bytes have left src
+  // (src may be reused). One thread at a time per peer (others wait).
+  Status put(int peer, uint64_t window, uint64_t offset, const void* src, uint64_t bytes, bool signal,
+             Deadline deadline);
+  // Waits until every wait's signals arrived, then consumes them.
+  Status waitAll(const std::vector<SignalWait>& waits, Deadline deadline);
+  // Waits until one wait's signals arrived (the first in order), consumes
+  // those and returns its index.
+  Result<int> waitAny(const std::vector<SignalWait>& waits, Deadline deadline);
+  // Signals received from `peer` and not yet consumed.
+  uint64_t pending(int peer) const;
+
+  // Any thread, idempotent: waits and puts fail, the agent stops and the
+  // connections close (peers see them close).
+  void abort();
+  // "NET/Socket/eth0" and the like.
+  const std::string& description() const { return description_; }
+
+ private:
+  struct Slots {  // a connection's staging: depth messages of header + chunk
+    void* comm = nullptr;
+    void* mhandle = nullptr;
+    std::vector<char> memory;
+    std::vector<void*> requests;
+    uint64_t posted = 0;
+    uint64_t done = 0;
+  };
+  struct Sender {
+    std::mutex mu;
+    Slots slots;
+    std::string failure;
+  };
+  Service() = default;
+  Status connect(const ServiceSetup& setup, Deadline deadline);
+  Status allocate(Slots& s, void* comm);
+  void release(Slots& s, bool send);
+  char* slot(Slots& s, uint64_t index) const { return s.memory.data() + (index % depth_) * messageBytes_; }
+  Status waitSend(int peer, Sender& sender, uint64_t until, Deadline deadline);
+  void agentLoop();
+  bool sendControl(int peer, const Header& h);
+  void sayGoodbye();
+  bool pumpReceiver(int peer);  // true when a message landed
+  void land(int peer, const char* message, int size);
+  void failReceiver(int peer, const std::string& why);
+  void signalled();  // wakes the waiters
+  Status aborted() const;  // kRemoteError once aborted (this service or the communicator)
+  // Why `w` can never reach `target` (its peer's connection failed short of
+  // it), or "". waitMu_ held.
+  std::string starved(const SignalWait& w, uint64_t target) const;
+  // Waits (waitMu_ taken) until ready(), blocked() fails, or the deadline.
+  Status waitFor(const char* what, Deadline deadline, const std::function<bool()>& ready,
+                 const std::function<Status()>& blocked, const std::vector<SignalWait>& waits);
+
+  const PlaitNetV8* net_ = nullptr;
+  int dev_ = 0;
+  int rank_ = 0;
+  int nranks_ = 1;
+  size_t chunkBytes_ = 0;
+  size_t messageBytes_ = 0;
+  uint64_t depth_ = 4;
+  std::string description_;
+  WindowTable* windows_ = nullptr;
+  const std::atomic<uint32_t>* abortFlag_ = nullptr;
+  std::vector<std::string> peerNames_;
+  std::vector<std::unique_ptr<Sender>> senders_;  // [peer]; null for this rank
+  std::vector<Slots> receivers_;                  // [peer]; the agent's alone
+  std::unique_ptr<std::atomic<uint64_t>[]> received_;  // [peer] signals counted
+  std::unique_ptr<std::atomic<bool>[]> goodbyeAcked_;  // [peer] landed all this rank sent (closing)
+  std::vector<uint64_t> consumed_;                // [peer] signals waits took (waiters' lock)
+  mutable std::mutex waitMu_;                     // consumed_, failures_, the waiters' condition
+  std::condition_variable waitCv_;
+  std::vector<std::string> failures_;             // [peer] why its connection to this rank failed
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> aborted_{false};
+  std::thread agent_;
+};
+
+}  // namespace plait::rma

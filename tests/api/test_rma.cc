@@ -1,0 +1,237 @@
+// NCCL 2.32's one-sided operations on host memory: ncclPutSignal,
+// ncclSignal, ncclWaitSignal. Checked: a put's bytes are in the window
+// before its signal counts (every signal is checked against the slot its put
+// wrote), concurrent puts from several ranks into disjoint ranges of one
+// window (puts larger than one message included), signals counted and
+// consumed as NCCL's counters, puts to self, puts inside a group, a put the
+// owner cannot land (its window deregistered) failing the owner's wait with
+// the writer's name, a killed writer ending the wait with its name, and every
+// argument NCCL 2.32 refuses. Ranks are threads, except the killed writer.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+using namespace plait_test;
+
+namespace {
+
+std::string lastError(ncclComm_t comm) { return ncclGetLastError(comm); }
+
+// Element i of the k-th put of rank r.
+float valueOf(int r, int k, size_t i) { return static_cast<float>(r * 1000000 + k * 1000 + static_cast<int>(i % 997)); }
+
+ncclWaitSignalDesc_t desc(int peer, int opCnt) { return ncclWaitSignalDesc_t{opCnt, peer, 0, 0}; }
+
+}  // namespace
+
+TEST_CASE("puts land before their signals; puts from several ranks into one window", "[rma]") {
+  constexpr int kRanks = 3;
+  constexpr int kPuts = 12;
+  // Slot sizes vary, and two exceed one message (PLAIT_RMA_CHUNK_BYTES is
+  // 64 KiB in ctest), so puts are split and the signal rides on the last part.
+  auto slotCount = [](int k) -> size_t { return k == 3 ? 40000 : k == 7 ? 70001 : 100 + 37 * k; };
+  size_t perWriter = 0;
+  for (int k = 0; k < kPuts; ++k) perWriter += slotCount(k);
+  auto failed = runThreads(kRanks, [&](int r, ncclComm_t comm) -> std::string {
+    std::vector<float> window(perWriter * (kRanks - 1), -1.0f);
+    ncclWindow_t win = nullptr;
+    if (ncclCommWindowRegister(comm, window.data(), window.size() * sizeof(float), &win, NCCL_WIN_DEFAULT) !=
+        ncclSuccess)
+      return "ncclCommWindowRegister: " + lastError(comm);
+    std::string e;
+    if (r == 0) {
+      // Signal by signal: after the k-th from writer w, its k-th slot is whole.
+      size_t base[kRanks] = {0, 0, perWriter};
+      size_t at[kRanks] = {0, 0, 0};
+      for (int k = 0; k < kPuts && e.empty(); ++k)
+        for (int w = 1; w < kRanks && e.empty(); ++w) {
+          ncclWaitSignalDesc_t d = desc(w, 1);
+          if (ncclWaitSignal(1, &d, comm, nullptr) != ncclSuccess) return "ncclWaitSignal: " + lastError(comm);
+          for (size_t i = 0; i < slotCount(k); ++i)
+            if (window[base[w] + at[w] + i] != valueOf(w, k, i)) {
+              e = "after signal " + std::to_string(k + 1) + " of rank " + std::to_string(w) + ", element " +
+                  std::to_string(i) + " of its slot is " + std::to_string(window[base[w] + at[w] + i]);
+              break;
+            }
+          at[w] += slotCount(k);
+        }
+    } else {
+      size_t offset = (r - 1) * perWriter * sizeof(float);
+      for (int k = 0; k < kPuts; ++k) {
+        std::vector<float> data(slotCount(k));
+        for (size_t i = 0; i < data.size(); ++i) data[i] = valueOf(r, k, i);
+        if (ncclPutSignal(data.data(), data.size(), ncclFloat32, 0, win, offset, 0, 0, 0, comm, nullptr) !=
+            ncclSuccess)
+          return "ncclPutSignal " + std::to_string(k) + ": " + lastError(comm);
+        offset += data.size() * sizeof(float);
+      }
+    }
+    if (ncclCommWindowDeregister(comm, win) != ncclSuccess) return "deregister: " + lastError(comm);
+    return e;
+  });
+  CHECK(failed == std::vector<std::string>{});
+}
+
+TEST_CASE("signals are counters: waits consume them, several descriptors at once, to self too", "[rma]") {
+  constexpr int kRanks = 3;
+  auto failed = runThreads(kRanks, [&](int r, ncclComm_t comm) -> std::string {
+    std::vector<int32_t> window(16, 0);
+    ncclWindow_t win = nullptr;
+    if (ncclCommWindowRegister(comm, window.data(), window.size() * sizeof(int32_t), &win, NCCL_WIN_DEFAULT) !=
+        ncclSuccess)
+      return "register: " + lastError(comm);
+    if (r == 0) {
+      // 3 signals from rank 1 and 2 from rank 2 in any interleaving, then one more from each.
+      ncclWaitSignalDesc_t first[3] = {desc(1, 2), desc(2, 2), desc(1, 1)};
+      if (ncclWaitSignal(3, first, comm, nullptr) != ncclSuccess) return "wait 1: " + lastError(comm);
+      ncclWaitSignalDesc_t second[2] = {desc(2, 1), desc(1, 1)};
+      if (ncclWaitSignal(2, second, comm, nullptr) != ncclSuccess) return "wait 2: " + lastError(comm);
+      // Rank 1's data came with its last signal.
+      for (int i = 0; i < 4; ++i)
+        if (window[i] != 40 + i) return "window[" + std::to_string(i) + "] is " + std::to_string(window[i]);
+      // To self: a put and a bare signal.
+      int32_t mine[2] = {7, 8};
+      if (ncclPutSignal(mine, 2, ncclInt32, 0, win, 8 * sizeof(int32_t), 0, 0, 0, comm, nullptr) != ncclSuccess ||
+          ncclSignal(0, 0, 0, 0, comm, nullptr) != ncclSuccess)
+        return "to self: " + lastError(comm);
+      ncclWaitSignalDesc_t self = desc(0, 2);
+      if (ncclWaitSignal(1, &self, comm, nullptr) != ncclSuccess) return "wait for self: " + lastError(comm);
+      if (window[8] != 7 || window[9] != 8) return "put to self did not land";
+    } else {
+      const int n = r == 1 ? 3 : 2;
+      for (int i = 0; i < n; ++i)
+        if (ncclSignal(0, 0, 0, 0, comm, nullptr) != ncclSuccess) return "ncclSignal: " + lastError(comm);
+      // The last one in a group, a put with it.
+      int32_t data[4] = {40, 41, 42, 43};
+      if (ncclGroupStart() != ncclSuccess) return "group start";
+      ncclResult_t put = r == 1 ? ncclPutSignal(data, 4, ncclInt32, 0, win, 0, 0, 0, 0, comm, nullptr)
+                                : ncclSignal(0, 0, 0, 0, comm, nullptr);
+      if (put != ncclSuccess || ncclGroupEnd() != ncclSuccess) return "in a group: " + lastError(comm);
+    }
+    return ncclCommWindowDeregister(comm, win) == ncclSuccess ? "" : "deregister: " + lastError(comm);
+  });
+  CHECK(failed == std::vector<std::string>{});
+}
+
+TEST_CASE("a put the owner cannot land fails the owner's wait, naming the writer", "[rma]") {
+  auto failed = runThreads(2, [&](int r, ncclComm_t comm) -> std::string {
+    std::vector<float> a(64, 0.0f), b(64, 0.0f);
+    ncclWindow_t wa = nullptr, wb = nullptr;
+    if (ncclCommWindowRegister(comm, a.data(), a.size() * sizeof(float), &wa, NCCL_WIN_DEFAULT) != ncclSuccess ||
+        ncclCommWindowRegister(comm, b.data(), b.size() * sizeof(float), &wb, NCCL_WIN_DEFAULT) != ncclSuccess)
+      return "register: " + lastError(comm);
+    if (r == 0) {
+      // Rank 0 gave its second window back; rank 1 still puts into it.
+      if (ncclCommWindowDeregister(comm, wb) != ncclSuccess) return "deregister: " + lastError(comm);
+      ncclWaitSignalDesc_t d = desc(1, 1);
+      if (ncclWaitSignal(1, &d, comm, nullptr) != ncclRemoteError) return "the wait did not fail";
+      const std::string e = lastError(comm);
+      for (const char* want : {"rank 1", "window #2 is not registered there"})
+        if (e.find(want) == std::string::npos) return "the error does not say '" + std::string(want) + "': " + e;
+    } else {
+      if (ncclPutSignal(a.data(), 4, ncclFloat32, 0, wb, 0, 0, 0, 0, comm, nullptr) != ncclSuccess)
+        return "put: " + lastError(comm);
+      if (ncclCommWindowDeregister(comm, wb) != ncclSuccess) return "deregister: " + lastError(comm);
+    }
+    return ncclCommWindowDeregister(comm, wa) == ncclSuccess ? "" : "deregister a: " + lastError(comm);
+  });
+  CHECK(failed == std::vector<std::string>{});
+}
+
+TEST_CASE("one-sided arguments NCCL 2.32 refuses are refused, naming them", "[rma]") {
+  auto failed = runThreads(2, [&](int r, ncclComm_t comm) -> std::string {
+    std::vector<float> buf(32, 0.0f);
+    ncclWindow_t win = nullptr;
+    if (ncclCommWindowRegister(comm, buf.data(), buf.size() * sizeof(float), &win, NCCL_WIN_DEFAULT) != ncclSuccess)
+      return "register: " + lastError(comm);
+    const int peer = 1 - r;
+    struct Case {
+      ncclResult_t got;
+      const char* what;  // for the reader: what the refusal names
+    };
+    int notAWindow = 0;
+    ncclWaitSignalDesc_t bad[] = {desc(peer, 0), desc(5, 1), {1, peer, 1, 0}, {1, peer, 0, 2}};
+    // Every case fails before anything moves.
+    const Case cases[] = {
+        {ncclPutSignal(buf.data(), 4, ncclFloat32, peer, win, 0, 1, 0, 0, comm, nullptr), "sigIdx is 1"},
+        {ncclPutSignal(buf.data(), 4, ncclFloat32, peer, win, 0, 0, 3, 0, comm, nullptr), "ctx is 3"},
+        {ncclPutSignal(buf.data(), 4, ncclFloat32, peer, win, 0, 0, 0, 1, comm, nullptr), "flags is 1"},
+        {ncclPutSignal(nullptr, 4, ncclFloat32, peer, win, 0, 0, 0, 0, comm, nullptr), "localbuff is NULL"},
+        {ncclPutSignal(buf.data(), 4, ncclFloat32, peer, nullptr, 0, 0, 0, 0, comm, nullptr), "peerWin is NULL"},
+        {ncclPutSignal(buf.data(), 4, ncclFloat32, peer, reinterpret_cast<ncclWindow_t>(&notAWindow), 0, 0, 0, 0,
+                       comm, nullptr),
+         "not a window registered"},
+        {ncclPutSignal(buf.data(), 4, ncclFloat32, peer, win, 200, 0, 0, 0, comm, nullptr), "past the end"},
+        {ncclPutSignal(buf.data(), 30, ncclFloat32, peer, win, 16, 0, 0, 0, comm, nullptr), "runs past the window"},
+        {ncclPutSignal(buf.data(), 4, static_cast<ncclDataType_t>(99), peer, win, 0, 0, 0, 0, comm, nullptr),
+         "datatype"},
+        {ncclPutSignal(buf.data(), 4, ncclFloat32, 2, win, 0, 0, 0, 0, comm, nullptr), "peer"},
+        {ncclSignal(-1, 0, 0, 0, comm, nullptr), "peer"},
+        {ncclSignal(peer, 2, 0, 0, comm, nullptr), "sigIdx is 2"},
+        {ncclSignal(peer, 0, 0, 4, comm, nullptr), "flags is 4"},
+        {ncclWaitSignal(0, bad, comm, nullptr), "nDesc is 0"},
+        {ncclWaitSignal(1, nullptr, comm, nullptr), "signalDescs is NULL"},
+        {ncclWaitSignal(1, &bad[0], comm, nullptr), "signalDescs[0].opCnt is 0"},
+        {ncclWaitSignal(1, &bad[1], comm, nullptr), "signalDescs[0].peer is 5"},
+        {ncclWaitSignal(1, &bad[2], comm, nullptr), "signalDescs[0].sigIdx is 1"},
+        {ncclWaitSignal(1, &bad[3], comm, nullptr), "signalDescs[0].ctx is 2"},
+    };
+    int i = 0;
+    for (const Case& c : cases) {
+      ++i;
+      if (c.got != ncclInvalidArgument) return "case " + std::to_string(i) + " returned " + std::to_string(c.got);
+    }
+    // Two of the texts (each call overwrites the last error).
+    ncclPutSignal(buf.data(), 30, ncclFloat32, peer, win, 16, 0, 0, 0, comm, nullptr);
+    if (lastError(comm).find("runs past the window's end (112 bytes left)") == std::string::npos)
+      return "the range error says: " + lastError(comm);
+    ncclWaitSignal(1, &bad[1], comm, nullptr);
+    if (lastError(comm).find("not a rank of the 2-rank communicator") == std::string::npos)
+      return "the peer error says: " + lastError(comm);
+    // Nothing was connected or lost: a real exchange still works.
+    if (r == 1) {
+      if (ncclPutSignal(buf.data(), 2, ncclFloat32, 0, win, 0, 0, 0, 0, comm, nullptr) != ncclSuccess)
+        return "put after refusals: " + lastError(comm);
+    } else {
+      ncclWaitSignalDesc_t d = desc(1, 1);
+      if (ncclWaitSignal(1, &d, comm, nullptr) != ncclSuccess) return "wait after refusals: " + lastError(comm);
+    }
+    return ncclCommWindowDeregister(comm, win) == ncclSuccess ? "" : "deregister: " + lastError(comm);
+  });
+  CHECK(failed == std::vector<std::string>{});
+}
+
+// The writer is a process killed after its first put: the owner, waiting
+// for two, gets ncclRemoteError naming it, long before its deadline.
+TEST_CASE("a killed writer ends the owner's wait with its name", "[rma][process]") {
+  auto codes = runProcesses(2, [](int r, const ncclUniqueId& id) -> int {
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, 2, id, r) != ncclSuccess) return 10;
+    std::vector<float> buf(256, 1.0f);
+    ncclWindow_t win = nullptr;
+    if (ncclCommWindowRegister(comm, buf.data(), buf.size() * sizeof(float), &win, NCCL_WIN_DEFAULT) != ncclSuccess)
+      return 11;
+    if (r == 1) {
+      if (ncclPutSignal(buf.data(), 256, ncclFloat32, 0, win, 0, 0, 0, 0, comm, nullptr) != ncclSuccess) return 12;
+      ::raise(SIGKILL);
+    }
+    ncclWaitSignalDesc_t d = desc(1, 2);
+    const ncclResult_t got = ncclWaitSignal(1, &d, comm, nullptr);
+    const std::string e = ncclGetLastError(comm);
+    std::fprintf(stderr, "owner: %s\n", e.c_str());
+    if (got != ncclRemoteError) return 13;
+    if (e.find("rank 1 (host") == std::string::npos || e.find("1 came") == std::string::npos) return 14;
+    ncclCommAbort(comm);
+    return 0;
+  });
+  REQUIRE(codes.size() == 2);
+  CHECK(codes[0] == 0);
+  CHECK(codes[1] == -SIGKILL);
+}
