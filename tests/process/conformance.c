@@ -1,7 +1,8 @@
 /* Compiled against NVIDIA's nccl.h (CUDA toolkit) as C, linked against
  * Plait's libnccl.so.2: the drop-in check. Forks N ranks, each runs
  * AllReduce (sum of floats, avg of ints, in place) and queries, and checks
- * the results. Usage: conformance N */
+ * the results; built against NCCL 2.32's header, also a per-call
+ * configuration and one-sided puts. Usage: conformance N */
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,29 @@ static int rankMain(int rank, int nranks, ncclUniqueId id) {
     if (ncclAllReduceConfig(buf, buf, COUNT, ncclFloat, ncclSum, comm, NULL, &config) != ncclSuccess) return 19;
     for (int i = 0; i < COUNT; ++i)
       if (buf[i] != (float)(nranks * (nranks + 1) / 2)) return 20;
+  }
+  /* One-sided: every rank puts its number into its slot of every rank's
+   * window (its own too) with a signal, then waits for one signal from each. */
+  {
+    int* slots = calloc((size_t)nranks, sizeof(int));
+    ncclWindow_t win = NULL;
+    ncclWaitSignalDesc_t* descs = calloc((size_t)nranks, sizeof(ncclWaitSignalDesc_t));
+    int mine = rank * 7 + 1;
+    if (ncclCommWindowRegister(comm, slots, (size_t)nranks * sizeof(int), &win, NCCL_WIN_COLL_SYMMETRIC) != ncclSuccess)
+      return 21;
+    for (int q = 0; q < nranks; ++q)
+      if (ncclPutSignal(&mine, 1, ncclInt32, q, win, (size_t)rank * sizeof(int), 0, 0, 0, comm, NULL) != ncclSuccess)
+        return 22;
+    for (int q = 0; q < nranks; ++q) {
+      descs[q].opCnt = 1;
+      descs[q].peer = q;
+    }
+    if (ncclWaitSignal(nranks, descs, comm, NULL) != ncclSuccess) return 23;
+    for (int q = 0; q < nranks; ++q)
+      if (slots[q] != q * 7 + 1) return 24;
+    if (ncclCommWindowDeregister(comm, win) != ncclSuccess) return 25;
+    free(slots);
+    free(descs);
   }
 #endif
   if (ncclCommDestroy(comm) != ncclSuccess) return 18;
