@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "nccl.h"
+#include "plait/rma.h"
 #include "plait/status.hpp"
 #include "plait/stream.hpp"
 
@@ -155,6 +156,32 @@ class Comm {
   Status recv(std::span<T> data, int peer, HostStream* stream = nullptr) {
     return statusFromNccl(ncclRecv(data.data(), data.size(), DataTypeFor<T>::value, peer, comm_, streamOf(stream)),
                           comm_);
+  }
+  // One-sided (NCCL 2.32): writes data into peer's part of window `win`
+  // (this rank's handle of a window every rank registered) at offsetBytes,
+  // then raises a signal there.
+  template <typename T>
+  Status putSignal(std::span<const T> data, int peer, ncclWindow_t win, size_t offsetBytes,
+                   HostStream* stream = nullptr) {
+    return statusFromNccl(ncclPutSignal(data.data(), data.size(), DataTypeFor<T>::value, peer, win, offsetBytes, 0, 0,
+                                        0, comm_, streamOf(stream)),
+                          comm_);
+  }
+  Status signal(int peer, HostStream* stream = nullptr) {
+    return statusFromNccl(ncclSignal(peer, 0, 0, 0, comm_, streamOf(stream)), comm_);
+  }
+  // Waits until every descriptor's signals came (and consumes them).
+  Status waitSignal(std::span<ncclWaitSignalDesc_t> descs, HostStream* stream = nullptr) {
+    return statusFromNccl(ncclWaitSignal(static_cast<int>(descs.size()), descs.data(), comm_, streamOf(stream)),
+                          comm_);
+  }
+  // Waits until any one descriptor's signals came; consumes those and
+  // returns its index (plaitWaitAnySignal, plait/rma.h). Blocking.
+  Result<int> waitAnySignal(std::span<const ncclWaitSignalDesc_t> descs) {
+    int which = -1;
+    ncclResult_t r = plaitWaitAnySignal(static_cast<int>(descs.size()), descs.data(), &which, comm_);
+    if (r != ncclSuccess) return statusFromNccl(r, comm_);
+    return which;
   }
   // Collective: ranks with the same color (>= 0) form a new communicator,
   // ordered by key; a negative color gives an empty Comm (valid() false).

@@ -12,6 +12,7 @@
 #include "api/api_util.h"
 #include "core/group.h"
 #include "core/host_stream.h"
+#include "plait/rma.h"
 
 using plait::Status;
 using namespace plait::api;
@@ -118,27 +119,51 @@ PLAIT_API(ncclResult_t, Signal, (int peer, int sigIdx, int ctx, unsigned int fla
   return dispatch(comm, task, call, [=] { return comm->impl->putSignal(nullptr, 0, peer, nullptr, 0, true); });
 } PLAIT_API_END
 
+namespace {
+
+// Checks NCCL 2.32's descriptor rules; fills `waits`.
+Status parseDescs(ncclComm_t comm, int nDesc, const ncclWaitSignalDesc_t* signalDescs,
+                  std::vector<plait::rma::SignalWait>* waits) {
+  PLAIT_RETURN_IF_ERROR(checkComm(comm));
+  if (nDesc <= 0) return plait::invalidArgument("nDesc is " + std::to_string(nDesc) + ": must be > 0");
+  if (signalDescs == nullptr) return plait::invalidArgument("signalDescs is NULL");
+  for (int i = 0; i < nDesc; ++i) {
+    const ncclWaitSignalDesc_t& d = signalDescs[i];
+    const std::string where = "signalDescs[" + std::to_string(i) + "].";
+    if (d.opCnt <= 0) return plait::invalidArgument(where + "opCnt is " + std::to_string(d.opCnt) + ": must be > 0");
+    if (d.peer < 0 || d.peer >= comm->nranks)
+      return plait::invalidArgument(where + "peer is " + std::to_string(d.peer) + ", not a rank of the " +
+                                    std::to_string(comm->nranks) + "-rank communicator");
+    PLAIT_RETURN_IF_ERROR(checkSlot(d.sigIdx, d.ctx, where.c_str()));
+    waits->push_back({d.peer, static_cast<uint64_t>(d.opCnt)});
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 PLAIT_API(ncclResult_t, WaitSignal, (int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm,
                                      cudaStream_t stream)) {
   const char* call = "ncclWaitSignal";
   plait::Task task;
-  Status s = checkComm(comm);
-  if (s.isOk() && nDesc <= 0) s = plait::invalidArgument("nDesc is " + std::to_string(nDesc) + ": must be > 0");
-  if (s.isOk() && signalDescs == nullptr) s = plait::invalidArgument("signalDescs is NULL");
   std::vector<plait::rma::SignalWait> waits;
-  for (int i = 0; s.isOk() && i < nDesc; ++i) {
-    const ncclWaitSignalDesc_t& d = signalDescs[i];
-    const std::string where = "signalDescs[" + std::to_string(i) + "].";
-    if (d.opCnt <= 0)
-      s = plait::invalidArgument(where + "opCnt is " + std::to_string(d.opCnt) + ": must be > 0");
-    else if (d.peer < 0 || d.peer >= comm->nranks)
-      s = plait::invalidArgument(where + "peer is " + std::to_string(d.peer) + ", not a rank of the " +
-                                 std::to_string(comm->nranks) + "-rank communicator");
-    else
-      s = checkSlot(d.sigIdx, d.ctx, where.c_str());
-    if (s.isOk()) waits.push_back({d.peer, static_cast<uint64_t>(d.opCnt)});
-  }
+  Status s = parseDescs(comm, nDesc, signalDescs, &waits);
   if (s.isOk()) s = common(comm, {}, stream, &task);
   if (!s.isOk()) return refuse(s, call);
   return dispatch(comm, task, call, [=] { return comm->impl->waitSignals(waits); });
+} PLAIT_API_END
+
+extern "C" __attribute__((visibility("default"))) ncclResult_t plaitWaitAnySignal(
+    int nDesc, const ncclWaitSignalDesc_t* signalDescs, int* which, ncclComm_t comm) try {
+  const char* call = "plaitWaitAnySignal";
+  if (which == nullptr) return fail(plait::invalidArgument("which is NULL"), call);
+  *which = -1;
+  std::vector<plait::rma::SignalWait> waits;
+  if (Status s = parseDescs(comm, nDesc, signalDescs, &waits); !s.isOk()) return fail(s, call);
+  CommUse use(comm);
+  if (!use.usable()) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);
+  auto got = comm->impl->waitAnySignal(waits);
+  if (!got.isOk()) return fail(got.status(), call);
+  *which = *got;
+  return ncclSuccess;
 } PLAIT_API_END

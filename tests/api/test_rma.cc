@@ -3,7 +3,8 @@
 // before its signal counts (every signal is checked against the slot its put
 // wrote), concurrent puts from several ranks into disjoint ranges of one
 // window (puts larger than one message included), signals counted and
-// consumed as NCCL's counters, puts to self, puts inside a group, a put the
+// consumed as NCCL's counters, an any-of wait (plaitWaitAnySignal), puts to
+// self, puts inside a group, a put the
 // owner cannot land (its window deregistered) failing the owner's wait with
 // the writer's name, a killed writer ending the wait with its name, and every
 // argument NCCL 2.32 refuses. Ranks are threads, except the killed writer.
@@ -12,11 +13,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
+#include "plait/rma.h"
 
 using namespace plait_test;
 
@@ -114,6 +118,52 @@ TEST_CASE("signals are counters: waits consume them, several descriptors at once
       ncclResult_t put = r == 1 ? ncclPutSignal(data, 4, ncclInt32, 0, win, 0, 0, 0, 0, comm, nullptr)
                                 : ncclSignal(0, 0, 0, 0, comm, nullptr);
       if (put != ncclSuccess || ncclGroupEnd() != ncclSuccess) return "in a group: " + lastError(comm);
+    }
+    return ncclCommWindowDeregister(comm, win) == ncclSuccess ? "" : "deregister: " + lastError(comm);
+  });
+  CHECK(failed == std::vector<std::string>{});
+}
+
+// A server taking whichever client signals next (plaitWaitAnySignal): every
+// signal is taken exactly once, each index names a client that did signal,
+// and a slow client does not hold the fast one back.
+TEST_CASE("plaitWaitAnySignal serves whichever writer signals next", "[rma]") {
+  constexpr int kRanks = 3;
+  constexpr int kEach = 6;
+  auto failed = runThreads(kRanks, [&](int r, ncclComm_t comm) -> std::string {
+    std::vector<int32_t> window(kRanks * kEach, 0);
+    ncclWindow_t win = nullptr;
+    if (ncclCommWindowRegister(comm, window.data(), window.size() * sizeof(int32_t), &win, NCCL_WIN_DEFAULT) !=
+        ncclSuccess)
+      return "register: " + lastError(comm);
+    if (r == 0) {
+      const ncclWaitSignalDesc_t from[2] = {desc(1, 1), desc(2, 1)};
+      int count[2] = {0, 0};
+      std::string order;
+      for (int k = 0; k < 2 * kEach; ++k) {
+        int which = -1;
+        if (plaitWaitAnySignal(2, from, &which, comm) != ncclSuccess) return "plaitWaitAnySignal: " + lastError(comm);
+        if (which != 0 && which != 1) return "index " + std::to_string(which);
+        // The put that came with the signal is in place.
+        const int writer = which + 1, n = count[which]++;
+        if (n >= kEach || window[writer * kEach + n] != writer * 100 + n)
+          return "signal " + std::to_string(n + 1) + " of rank " + std::to_string(writer) + " without its data";
+        order += static_cast<char>('0' + writer);
+      }
+      // Rank 1 is slow (20 ms per put): rank 2's signals are not held back
+      // behind its later ones.
+      if (order.rfind('2') > order.rfind('1')) return "rank 2 was held back behind rank 1: " + order;
+      int bad = 0;
+      if (plaitWaitAnySignal(2, from, nullptr, comm) != ncclInvalidArgument) return "which = NULL not refused";
+      if (plaitWaitAnySignal(0, from, &bad, comm) != ncclInvalidArgument) return "nDesc 0 not refused";
+    } else {
+      for (int k = 0; k < kEach; ++k) {
+        if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const int32_t v = r * 100 + k;
+        if (ncclPutSignal(&v, 1, ncclInt32, 0, win, (r * kEach + k) * sizeof(int32_t), 0, 0, 0, comm, nullptr) !=
+            ncclSuccess)
+          return "put: " + lastError(comm);
+      }
     }
     return ncclCommWindowDeregister(comm, win) == ncclSuccess ? "" : "deregister: " + lastError(comm);
   });
