@@ -27,6 +27,10 @@ constexpr size_t kHeaderBytes = 64;
 // agent costs little CPU, a busy one never sleeps.
 constexpr int kAgentMaxSleepUs = 200;
 
+// How long the agent stays hot (yields, never sleeps) after a message or a
+// local one-sided call.
+constexpr int64_t kHotMs = 2;
+
 // How long closing waits for each peer to acknowledge the goodbye.
 constexpr int64_t kGoodbyeMs = 10000;
 
@@ -285,8 +289,13 @@ Status Service::waitSend(int peer, Sender& sender, uint64_t until, Deadline dead
   return Status::ok();
 }
 
+void Service::touch() {
+  lastLocal_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+}
+
 Status Service::put(int peer, uint64_t window, uint64_t offset, const void* src, uint64_t bytes, bool signal,
                     Deadline deadline) {
+  touch();
   if (aborted_.load(std::memory_order_acquire)) return remoteError("the communicator was aborted");
   if (peer == rank_) {
     std::string why = bytes > 0 || window != 0 ? windows_->write(window, offset, src, bytes) : std::string();
@@ -405,8 +414,13 @@ bool Service::pumpReceiver(int peer) {
   return true;
 }
 
+// Polls every receiving connection. Busy, it never sleeps; for kHotMs after
+// the last message, or after a put or wait began on this rank, it only yields (a reply to what just landed usually
+// comes within a round trip); idle longer, it sleeps in doubling steps up
+// to kAgentMaxSleepUs, so an idle communicator costs little CPU.
 void Service::agentLoop() {
   int sleepUs = 1;
+  auto lastActive = std::chrono::steady_clock::now();
   while (!stop_.load(std::memory_order_acquire) && !aborted_.load(std::memory_order_acquire)) {
     if (abortFlag_ != nullptr && abortFlag_->load(std::memory_order_acquire) != 0) {
       abort();
@@ -415,8 +429,16 @@ void Service::agentLoop() {
     bool moved = false;
     for (int q = 0; q < nranks_; ++q)
       if (q != rank_) moved = pumpReceiver(q) || moved;
+    const auto now = std::chrono::steady_clock::now();
     if (moved) {
+      lastActive = now;
       sleepUs = 1;
+      continue;
+    }
+    const auto local = std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(lastLocal_.load(std::memory_order_relaxed)));
+    if (now - std::max(lastActive, local) < std::chrono::milliseconds(kHotMs)) {
+      std::this_thread::yield();
       continue;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(sleepUs));
@@ -445,6 +467,7 @@ std::string Service::starved(const SignalWait& w, uint64_t target) const {
 
 Status Service::waitFor(const char* what, Deadline deadline, const std::function<bool()>& ready,
                         const std::function<Status()>& blocked, const std::vector<SignalWait>& waits) {
+  touch();
   std::unique_lock<std::mutex> lock(waitMu_);
   while (!ready()) {
     PLAIT_RETURN_IF_ERROR(blocked());

@@ -133,6 +133,7 @@ class Service {
   char* slot(Slots& s, uint64_t index) const { return s.memory.data() + (index % depth_) * messageBytes_; }
   Status waitSend(int peer, Sender& sender, uint64_t until, Deadline deadline);
   void agentLoop();
+  void touch();  // a put or wait began here: the agent stays hot a while
   bool sendControl(int peer, const Header& h);
   void sayGoodbye();
   bool pumpReceiver(int peer);  // true when a message landed
@@ -166,6 +167,7 @@ class Service {
   mutable std::mutex waitMu_;                     // consumed_, failures_, the waiters' condition
   std::condition_variable waitCv_;
   std::vector<std::string> failures_;             // [peer] why its connection to this rank failed
+  std::atomic<int64_t> lastLocal_{0};  // steady_clock ticks of the last touch()
   std::atomic<bool> stop_{false};
   std::atomic<bool> aborted_{false};
   std::thread agent_;
