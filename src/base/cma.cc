@@ -10,28 +10,42 @@
 
 namespace plait {
 
-int cmaRead(int pid, void* dst, uint64_t remote, size_t bytes) {
-  // The pid and address come from a peer: never read this process itself
-  // (that would be a plain memcpy from any address the peer names), and
+namespace {
+
+// One loop for both directions: process_vm_readv / process_vm_writev may
+// move fewer bytes than asked.
+int cmaCopy(int pid, char* local, uint64_t remote, size_t bytes, bool write) {
+  // The pid and address come from a peer: never touch this process itself
+  // (that would be a plain memcpy at any address the peer names), and
   // refuse ranges that wrap around or start at the null page.
   if (pid <= 0 || pid == static_cast<int>(getpid())) return EINVAL;  // getpid not cached: forked ranks
   if (bytes == 0) return 0;
   if (remote < 4096 || remote + bytes < remote || bytes > static_cast<size_t>(SSIZE_MAX)) return EFAULT;
-  char* out = static_cast<char*>(dst);
   while (bytes > 0) {
-    iovec local{out, bytes};
+    iovec near{local, bytes};
     iovec far{reinterpret_cast<void*>(remote), bytes};
-    const ssize_t got = process_vm_readv(pid, &local, 1, &far, 1, 0);
-    if (got < 0) {
+    const ssize_t moved =
+        write ? process_vm_writev(pid, &near, 1, &far, 1, 0) : process_vm_readv(pid, &near, 1, &far, 1, 0);
+    if (moved < 0) {
       if (errno == EINTR) continue;
       return errno;
     }
-    if (got == 0) return EFAULT;
-    out += got;
-    remote += static_cast<uint64_t>(got);
-    bytes -= static_cast<size_t>(got);
+    if (moved == 0) return EFAULT;
+    local += moved;
+    remote += static_cast<uint64_t>(moved);
+    bytes -= static_cast<size_t>(moved);
   }
   return 0;
+}
+
+}  // namespace
+
+int cmaRead(int pid, void* dst, uint64_t remote, size_t bytes) {
+  return cmaCopy(pid, static_cast<char*>(dst), remote, bytes, false);
+}
+
+int cmaWrite(int pid, uint64_t remote, const void* src, size_t bytes) {
+  return cmaCopy(pid, const_cast<char*>(static_cast<const char*>(src)), remote, bytes, true);
 }
 
 const uint64_t* cmaProbeWord() {

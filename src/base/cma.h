@@ -22,6 +22,11 @@ namespace plait {
 // first page or a range that wraps around.
 int cmaRead(int pid, void* dst, uint64_t remote, size_t bytes);
 
+// The other direction (process_vm_writev, the same permission): copies
+// `bytes` from `src` to address `remote` of process `pid`; the same checks
+// and results.
+int cmaWrite(int pid, uint64_t remote, const void* src, size_t bytes);
+
 // A word with a per-process random value, for peers to read in a probe.
 const uint64_t* cmaProbeWord();
 

@@ -23,6 +23,7 @@ Status Communicator::ensureRma() {
   s.oob = &oob;
   s.windows = &rmaWindows_;
   s.abortFlag = &abortFlag_;
+  s.hostOf = hostOf_;
   for (int r = 0; r < nranks_; ++r) {
     const PeerInfo& p = bootstrap_->peer(r);
     s.peerNames.push_back("rank " + std::to_string(r) + " (host " + p.hostname + ", pid " + std::to_string(p.pid) +

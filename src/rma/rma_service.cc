@@ -49,29 +49,6 @@ struct Header {
 };
 static_assert(sizeof(Header) <= kHeaderBytes);
 
-void WindowTable::add(uint64_t id, char* base, size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  windows_[id] = {base, bytes};
-}
-
-void WindowTable::remove(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  windows_.erase(id);
-}
-
-std::string WindowTable::write(uint64_t id, uint64_t offset, const void* src, uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = windows_.find(id);
-  if (it == windows_.end())
-    return "window #" + std::to_string(id) + " is not registered there (never, or deregistered)";
-  const size_t size = it->second.second;
-  if (offset > size || bytes > size - offset)
-    return "bytes [" + std::to_string(offset) + ", " + std::to_string(offset + bytes) + ") are outside window #" +
-           std::to_string(id) + " (" + std::to_string(size) + " bytes there)";
-  if (bytes > 0) std::memcpy(it->second.first + offset, src, bytes);
-  return std::string();
-}
-
 Result<std::unique_ptr<Service>> Service::create(const ServiceSetup& setup, Deadline deadline) {
   std::unique_ptr<Service> s(new Service());
   s->rank_ = setup.rank;
@@ -84,12 +61,18 @@ Result<std::unique_ptr<Service>> Service::create(const ServiceSetup& setup, Dead
     if (s->peerNames_[r].empty()) s->peerNames_[r] = "rank " + std::to_string(r);
   s->chunkBytes_ = static_cast<size_t>(std::clamp<int64_t>(kRmaChunkBytes.get(), 4096, 64 << 20));
   s->messageBytes_ = kHeaderBytes + s->chunkBytes_;
-  s->received_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(setup.nranks));
   s->goodbyeAcked_ = std::make_unique<std::atomic<bool>[]>(static_cast<size_t>(setup.nranks));
   s->consumed_.assign(setup.nranks, 0);
   s->failures_.assign(setup.nranks, std::string());
   s->senders_.resize(setup.nranks);
   s->receivers_.resize(setup.nranks);
+  PLAIT_ASSIGN_OR_RETURN(s->page_, Page::create(setup.nranks));
+  // Published before the pages are exchanged: a peer that can put here has
+  // passed that exchange, so it finds every window registered so far.
+  setup.windows->attach(&s->page_);
+  s->peerPages_.resize(setup.nranks);
+  s->pids_.assign(setup.nranks, 0);
+  s->local_.assign(setup.nranks, 0);
   if (setup.nranks > 1) {
     PLAIT_ASSIGN_OR_RETURN(NetChoice choice, chooseNet());
     s->net_ = choice.api;
@@ -98,13 +81,16 @@ Result<std::unique_ptr<Service>> Service::create(const ServiceSetup& setup, Dead
     if (s->net_->getProperties(s->dev_, &props) != 0)
       return systemError("network device properties: " + takeNetError());
     s->description_ = std::string("NET/") + s->net_->name + "/" + (props.name ? props.name : "?");
+    PLAIT_RETURN_IF_ERROR(s->connectLocal(setup, deadline));
     PLAIT_RETURN_IF_ERROR(s->connect(setup, deadline));
     s->agent_ = std::thread([p = s.get()] { p->agentLoop(); });
   } else {
     s->description_ = "self";
   }
-  PLAIT_INFO(kNet, "rank %d: one-sided operations via %s (%zu-byte messages)", setup.rank, s->description_.c_str(),
-             s->chunkBytes_);
+  int local = 0;
+  for (int q = 0; q < setup.nranks; ++q) local += s->local_[q] != 0 ? 1 : 0;
+  PLAIT_INFO(kNet, "rank %d: one-sided operations: %d local peer(s) through shared memory, the others via %s "
+             "(%zu-byte messages)", setup.rank, local, s->description_.c_str(), s->chunkBytes_);
   return s;
 }
 
@@ -244,6 +230,7 @@ void Service::sayGoodbye() {
 }
 
 Service::~Service() {
+  windows_->attach(nullptr);  // waits for local writers inside a window
   if (agent_.joinable() && !aborted_.load(std::memory_order_acquire) &&
       (abortFlag_ == nullptr || abortFlag_->load(std::memory_order_acquire) == 0))
     sayGoodbye();
@@ -260,8 +247,7 @@ Service::~Service() {
 
 void Service::abort() {
   aborted_.store(true, std::memory_order_release);
-  std::lock_guard<std::mutex> lock(waitMu_);
-  waitCv_.notify_all();
+  page_.wakeWaiters();
 }
 
 // Completes sends until `until` of them are done (the sender's lock held).
@@ -295,17 +281,15 @@ void Service::touch() {
 
 Status Service::put(int peer, uint64_t window, uint64_t offset, const void* src, uint64_t bytes, bool signal,
                     Deadline deadline) {
-  touch();
   if (aborted_.load(std::memory_order_acquire)) return remoteError("the communicator was aborted");
   if (peer == rank_) {
     std::string why = bytes > 0 || window != 0 ? windows_->write(window, offset, src, bytes) : std::string();
     if (!why.empty()) return invalidArgument("a put into this rank's own window: " + why);
-    if (signal) {
-      received_[rank_].fetch_add(1, std::memory_order_acq_rel);
-      signalled();
-    }
+    if (signal) page_.raise(rank_);
     return Status::ok();
   }
+  if (local_[peer]) return putLocal(peer, window, offset, src, bytes, signal);
+  touch();
   Sender& sender = *senders_[peer];
   std::lock_guard<std::mutex> lock(sender.mu);
   if (!sender.failure.empty()) return remoteError(sender.failure);
@@ -342,19 +326,14 @@ Status Service::put(int peer, uint64_t window, uint64_t offset, const void* src,
   return waitSend(peer, sender, s.posted, deadline);
 }
 
-void Service::signalled() {
-  std::lock_guard<std::mutex> lock(waitMu_);
-  waitCv_.notify_all();
-}
-
 void Service::failReceiver(int peer, const std::string& why) {
   Slots& r = receivers_[peer];
   release(r, false);
   {
     std::lock_guard<std::mutex> lock(waitMu_);
     if (failures_[peer].empty()) failures_[peer] = why;
-    waitCv_.notify_all();
   }
+  page_.wakeWaiters();
   PLAIT_INFO(kNet, "rank %d: one-sided connection from %s: %s", rank_, peerNames_[peer].c_str(), why.c_str());
 }
 
@@ -381,10 +360,7 @@ void Service::land(int peer, const char* message, int size) {
     if (!why.empty())
       return failReceiver(peer, "its put of " + std::to_string(h.total) + " bytes could not land: " + why);
   }
-  if (h.signal) {
-    received_[peer].fetch_add(1, std::memory_order_acq_rel);
-    signalled();
-  }
+  if (h.signal) page_.raise(peer);
 }
 
 bool Service::pumpReceiver(int peer) {
@@ -444,98 +420,6 @@ void Service::agentLoop() {
     std::this_thread::sleep_for(std::chrono::microseconds(sleepUs));
     sleepUs = std::min(sleepUs * 2, kAgentMaxSleepUs);
   }
-}
-
-uint64_t Service::pending(int peer) const {
-  std::lock_guard<std::mutex> lock(waitMu_);
-  return received_[peer].load(std::memory_order_acquire) - consumed_[peer];
-}
-
-Status Service::aborted() const {
-  if (aborted_.load(std::memory_order_acquire) ||
-      (abortFlag_ != nullptr && abortFlag_->load(std::memory_order_acquire) != 0))
-    return remoteError("aborted during ncclWaitSignal");
-  return Status::ok();
-}
-
-std::string Service::starved(const SignalWait& w, uint64_t target) const {
-  const uint64_t got = received_[w.peer].load(std::memory_order_acquire);
-  if (got >= target || failures_[w.peer].empty()) return std::string();
-  return "waiting for " + std::to_string(target - consumed_[w.peer]) + " signal(s) from " + peerNames_[w.peer] +
-         ", " + std::to_string(got - consumed_[w.peer]) + " came, then " + failures_[w.peer];
-}
-
-Status Service::waitFor(const char* what, Deadline deadline, const std::function<bool()>& ready,
-                        const std::function<Status()>& blocked, const std::vector<SignalWait>& waits) {
-  touch();
-  std::unique_lock<std::mutex> lock(waitMu_);
-  while (!ready()) {
-    PLAIT_RETURN_IF_ERROR(blocked());
-    if (deadline.expired()) {
-      std::string have;
-      for (const SignalWait& w : waits)
-        have += (have.empty() ? "" : "; ") + peerNames_[w.peer] + ": " +
-                std::to_string(received_[w.peer].load() - consumed_[w.peer]) + " of " + std::to_string(w.count);
-      return remoteError(std::string("timed out in ") + what + " (signals received so far: " + have + ")");
-    }
-    waitCv_.wait_for(lock, std::chrono::milliseconds(std::min<int64_t>(100, deadline.remainingMs() + 1)));
-  }
-  return Status::ok();
-}
-
-Status Service::waitAll(const std::vector<SignalWait>& waits, Deadline deadline) {
-  // Waits on one peer add up; targets are absolute counts.
-  std::vector<uint64_t> targets(waits.size());
-  {
-    std::lock_guard<std::mutex> lock(waitMu_);
-    std::vector<uint64_t> sum(nranks_, 0);
-    for (size_t i = 0; i < waits.size(); ++i) {
-      sum[waits[i].peer] += waits[i].count;
-      targets[i] = consumed_[waits[i].peer] + sum[waits[i].peer];
-    }
-  }
-  auto ready = [&] {
-    for (size_t i = 0; i < waits.size(); ++i)
-      if (received_[waits[i].peer].load(std::memory_order_acquire) < targets[i]) return false;
-    return true;
-  };
-  auto blocked = [&]() -> Status {  // any starved peer ends the wait
-    PLAIT_RETURN_IF_ERROR(aborted());
-    for (size_t i = 0; i < waits.size(); ++i)
-      if (std::string why = starved(waits[i], targets[i]); !why.empty()) return remoteError(why);
-    return Status::ok();
-  };
-  PLAIT_RETURN_IF_ERROR(waitFor("ncclWaitSignal", deadline, ready, blocked, waits));
-  std::lock_guard<std::mutex> lock(waitMu_);
-  for (size_t i = 0; i < waits.size(); ++i) consumed_[waits[i].peer] = std::max(consumed_[waits[i].peer], targets[i]);
-  return Status::ok();
-}
-
-Result<int> Service::waitAny(const std::vector<SignalWait>& waits, Deadline deadline) {
-  int which = -1;
-  auto target = [&](size_t i) { return consumed_[waits[i].peer] + waits[i].count; };  // waitMu_ held
-  auto ready = [&] {
-    for (size_t i = 0; i < waits.size(); ++i)
-      if (received_[waits[i].peer].load(std::memory_order_acquire) >= target(i)) {
-        which = static_cast<int>(i);
-        return true;
-      }
-    return false;
-  };
-  auto blocked = [&]() -> Status {  // only when every peer is starved
-    PLAIT_RETURN_IF_ERROR(aborted());
-    std::string why;
-    for (size_t i = 0; i < waits.size(); ++i) {
-      std::string one = starved(waits[i], target(i));
-      if (one.empty()) return Status::ok();
-      why += (why.empty() ? "" : "; ") + one;
-    }
-    return remoteError("a wait for any of " + std::to_string(waits.size()) + " signal(s): " + why);
-  };
-  PLAIT_RETURN_IF_ERROR(waitFor("a wait for any signal", deadline, ready, blocked, waits));
-  std::lock_guard<std::mutex> lock(waitMu_);
-  consumed_[waits[which].peer] += waits[which].count;
-  return which;
 }
 
 }  // namespace plait::rma

@@ -1,14 +1,23 @@
 // rma_service.h — one-sided communication on host memory: NCCL 2.32's
-// ncclPutSignal / ncclSignal / ncclWaitSignal (DESIGN.md §9 for where it
-// sits).
+// ncclPutSignal / ncclSignal / ncclWaitSignal (docs/ARCHITECTURE.md,
+// "One-sided operations").
 //
-// A put writes a range of a peer's window without the peer calling anything,
-// so something on the peer must take the bytes: every rank runs an agent
-// thread that owns one receiving connection from each peer, lands each
-// message in the window it names and counts the signals it carries. The
-// connections are the chosen network's (transport/net: the built-in
-// sockets, UCX, InfiniBand verbs, an NCCL net plugin), one per ordered pair,
-// made collectively by create(); a put to this rank itself is a copy.
+// A put writes a range of a peer's window without the peer calling anything.
+// Two paths, chosen per peer once, at create(), by the writer (one path per
+// peer keeps one writer's puts and signals in order):
+//
+// - A peer on this host whose page (rma_page.h) this rank could map, and
+//   whose memory it may write (a thread of this process, or a process
+//   process_vm_writev reaches): the writer finds the window in the peer's
+//   page, copies into it, then counts the signal in that page and wakes the
+//   peer's waiters. No thread of the peer takes part.
+// - Any other peer (another host, PLAIT_RMA_SHM=0): every rank runs an agent
+//   thread that owns one receiving connection from each peer, lands each
+//   message in the window it names and counts the signals it carries in this
+//   rank's page. The connections are the chosen network's (transport/net:
+//   built-in sockets, UCX, InfiniBand verbs, an NCCL net plugin), one per
+//   ordered pair, made collectively by create() for every pair (local pairs
+//   too: their closing is how a dead local writer is noticed).
 //
 // Wire: each message is a 64-byte header and up to chunkBytes of payload; a
 // put larger than that is several messages, the signal on the last. One
@@ -16,23 +25,24 @@
 // its signal is counted, and the signals of one sender are counted in the
 // order it raised them.
 //
-// Windows are named on the wire by their registration serial number on the
-// communicator (NCCL: window registration is collective, so the k-th window
-// is the same window on every rank); the receiver checks the range against
-// its own registration. A put the receiver cannot land (no such window, out
-// of its range) is not written anywhere: the sender's connection is marked
-// failed with the reason, and a wait for that sender's signals fails with it.
+// Windows are named by their registration serial number on the communicator
+// (NCCL: window registration is collective, so the k-th window is the same
+// window on every rank); the owner's range is what counts. A put that cannot
+// land (no such window, out of its range) is not written anywhere; the
+// owner's wait for that writer's signals fails saying why (through the page
+// the writer reports it, and its put fails too; over the network the
+// writer's connection is marked failed at the owner).
 //
-// Signals: per sending peer, a count of signals received. WaitSignal
+// Signals: per sending peer, a count in this rank's page. WaitSignal
 // consumes: waiting for n signals from peer q returns once q's count reaches
 // what earlier waits consumed plus n (NCCL's semantics: counters, not
-// flags). Waits have the communicator's deadline, end on abort, and fail
-// with the peer's name when its connection failed or closed before enough
-// signals came.
+// flags). Waits sleep on the page's futex (base/wait.h), have the
+// communicator's deadline, end on abort, and fail with the peer's name when
+// it can no longer signal (its connection failed or closed, or it reported
+// a put it could not land) before enough signals came.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <cstddef>
 #include <cstdint>
@@ -44,6 +54,7 @@
 #include <vector>
 
 #include "plait/clock.hpp"
+#include "rma/rma_page.h"
 #include "plait/status.hpp"
 #include "transport/net/net.h"
 #include "transport/oob.h"
@@ -51,21 +62,6 @@
 namespace plait::rma {
 
 struct Header;  // of a message on the wire
-
-// The communicator's host windows by registration serial. Thread-safe: the
-// agent writes into windows while the owner registers and deregisters.
-class WindowTable {
- public:
-  void add(uint64_t id, char* base, size_t bytes);
-  // Waits for a write in progress into the window to end.
-  void remove(uint64_t id);
-  // Copies [src, src + bytes) to window `id` at `offset`; "" or why it cannot.
-  std::string write(uint64_t id, uint64_t offset, const void* src, uint64_t bytes);
-
- private:
-  std::mutex mu_;
-  std::map<uint64_t, std::pair<char*, size_t>> windows_;
-};
 
 struct ServiceSetup {
   int rank = 0;
@@ -75,6 +71,7 @@ struct ServiceSetup {
   WindowTable* windows = nullptr;   // outlives the service
   const std::atomic<uint32_t>* abortFlag = nullptr;  // the communicator's
   std::vector<std::string> peerNames;  // per rank, "rank 3 (host n1, pid 4242)"
+  std::vector<uint64_t> hostOf;        // per rank, its host (local peers share one)
 };
 
 // "n signals from peer" (an ncclWaitSignalDesc_t).
@@ -128,6 +125,12 @@ class Service {
   };
   Service() = default;
   Status connect(const ServiceSetup& setup, Deadline deadline);
+  // Collective: exchanges the pages and decides, per peer, whether this
+  // rank's puts to it go through its page (rma_local.cc).
+  Status connectLocal(const ServiceSetup& setup, Deadline deadline);
+  Status putLocal(int peer, uint64_t window, uint64_t offset, const void* src, uint64_t bytes, bool signal);
+  uint64_t received(int peer) const { return page_.signal(peer).count.load(std::memory_order_acquire); }
+  bool anyRemote(const std::vector<SignalWait>& waits) const;
   Status allocate(Slots& s, void* comm);
   void release(Slots& s, bool send);
   char* slot(Slots& s, uint64_t index) const { return s.memory.data() + (index % depth_) * messageBytes_; }
@@ -139,7 +142,6 @@ class Service {
   bool pumpReceiver(int peer);  // true when a message landed
   void land(int peer, const char* message, int size);
   void failReceiver(int peer, const std::string& why);
-  void signalled();  // wakes the waiters
   Status aborted() const;  // kRemoteError once aborted (this service or the communicator)
   // Why `w` can never reach `target` (its peer's connection failed short of
   // it), or "". waitMu_ held.
@@ -161,11 +163,13 @@ class Service {
   std::vector<std::string> peerNames_;
   std::vector<std::unique_ptr<Sender>> senders_;  // [peer]; null for this rank
   std::vector<Slots> receivers_;                  // [peer]; the agent's alone
-  std::unique_ptr<std::atomic<uint64_t>[]> received_;  // [peer] signals counted
+  Page page_;                                     // this rank's: signal counts, waiters' futex, windows
+  std::vector<Page> peerPages_;                   // [peer] a local peer's page (valid where local_)
+  std::vector<int> pids_;                         // [peer] its process (cross-memory writes)
+  std::vector<char> local_;                       // [peer] 1: puts go through its page (same host, reachable)
   std::unique_ptr<std::atomic<bool>[]> goodbyeAcked_;  // [peer] landed all this rank sent (closing)
   std::vector<uint64_t> consumed_;                // [peer] signals waits took (waiters' lock)
-  mutable std::mutex waitMu_;                     // consumed_, failures_, the waiters' condition
-  std::condition_variable waitCv_;
+  mutable std::mutex waitMu_;                     // consumed_, failures_
   std::vector<std::string> failures_;             // [peer] why its connection to this rank failed
   std::atomic<int64_t> lastLocal_{0};  // steady_clock ticks of the last touch()
   std::atomic<bool> stop_{false};
