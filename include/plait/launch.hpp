@@ -81,6 +81,27 @@ Result<LaunchInfo> detectLaunch();
 // the Status mapped from ncclGetUniqueId's failure.
 Result<ncclUniqueId> launchUniqueId(const LaunchInfo& info, Deadline deadline);
 
+// How a launched program usually starts: detectLaunch, launchUniqueId
+// (within `deadline`), then ncclCommInitRank for this process's rank. The
+// communicator is the caller's to destroy. Errors as those three say them.
+struct LaunchedComm {
+  LaunchInfo info;
+  ncclComm_t comm = nullptr;
+};
+inline Result<LaunchedComm> initLaunchedComm(Deadline deadline) {
+  Result<LaunchInfo> info = detectLaunch();
+  if (!info.isOk()) return info.status();
+  Result<ncclUniqueId> id = launchUniqueId(*info, deadline);
+  if (!id.isOk()) return id.status();
+  LaunchedComm out;
+  out.info = *info;
+  const ncclResult_t r = ncclCommInitRank(&out.comm, info->nranks, *id, info->rank);
+  if (r != ncclSuccess)
+    return Status(static_cast<Code>(r), "rank " + std::to_string(info->rank) + ": ncclCommInitRank: " +
+                                            ncclGetLastError(nullptr));
+  return out;
+}
+
 }  // namespace plait
 
 // ---- Internals exposed for tests; not a stable API ---------------------------

@@ -130,22 +130,17 @@ int main(int argc, char** argv) {
     else if (a == "-e") maxBytes = parseSize(argv[i + 1]);
     else if (a == "-n") iters = std::max(1, std::atoi(argv[i + 1]));
   }
-  auto info = plait::detectLaunch();
-  if (!info.isOk()) {
-    std::fprintf(stderr, "%s\n", info.status().toString().c_str());
+  auto launched = plait::initLaunchedComm(plait::Deadline::afterMs(60000));
+  if (!launched.isOk()) {
+    std::fprintf(stderr, "%s\n", launched.status().toString().c_str());
     return 2;
   }
-  auto id = plait::launchUniqueId(*info, plait::Deadline::afterMs(60000));
-  if (!id.isOk()) {
-    std::fprintf(stderr, "%s\n", id.status().toString().c_str());
-    return 2;
-  }
+  const plait::LaunchInfo* info = &launched->info;
+  ncclComm_t comm = launched->comm;
   if (info->nranks != 2) {
     std::fprintf(stderr, "rma_perf: run it with 2 ranks\n");
     return 2;
   }
-  ncclComm_t comm = nullptr;
-  check(ncclCommInitRank(&comm, 2, *id, info->rank), nullptr, "init");
   std::vector<char> window(maxBytes), src(maxBytes, 1), dst(maxBytes);
   ncclWindow_t win = nullptr;
   check(ncclCommWindowRegister(comm, window.data(), window.size(), &win, NCCL_WIN_COLL_SYMMETRIC), comm, "register");

@@ -29,6 +29,16 @@ Status checkSlot(int sigIdx, int ctx, const char* where) {
   return Status::ok();
 }
 
+// What ncclPutSignal and ncclSignal both take: the communicator, the peer
+// to signal, NCCL 2.32's one signal and context, no flags.
+Status checkTarget(ncclComm_t comm, int peer, int sigIdx, int ctx, unsigned int flags) {
+  PLAIT_RETURN_IF_ERROR(checkComm(comm));
+  PLAIT_RETURN_IF_ERROR(checkRoot(peer, comm->nranks, "peer"));
+  PLAIT_RETURN_IF_ERROR(checkSlot(sigIdx, ctx, ""));
+  if (flags != 0) return plait::invalidArgument("flags is " + std::to_string(flags) + ": must be 0");
+  return Status::ok();
+}
+
 // The checks every one-sided call shares; fills the task's placement
 // (host stream or blocking). One-sided operations move host memory only.
 Status common(ncclComm_t comm, std::vector<UsedBuffer> used, cudaStream_t stream, plait::Task* task) {
@@ -78,10 +88,7 @@ PLAIT_API(ncclResult_t, PutSignal,
            size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream)) {
   const char* call = "ncclPutSignal";
   plait::Task task;
-  Status s = checkComm(comm);
-  if (s.isOk()) s = checkRoot(peer, comm->nranks, "peer");
-  if (s.isOk()) s = checkSlot(sigIdx, ctx, "");
-  if (s.isOk() && flags != 0) s = plait::invalidArgument("flags is " + std::to_string(flags) + ": must be 0");
+  Status s = checkTarget(comm, peer, sigIdx, ctx, flags);
   if (s.isOk()) s = checkType(datatype);
   if (s.isOk() && localbuff == nullptr) s = plait::invalidArgument("localbuff is NULL");
   if (s.isOk() && peerWin == nullptr) s = plait::invalidArgument("peerWin is NULL");
@@ -110,10 +117,7 @@ PLAIT_API(ncclResult_t, Signal, (int peer, int sigIdx, int ctx, unsigned int fla
                                  cudaStream_t stream)) {
   const char* call = "ncclSignal";
   plait::Task task;
-  Status s = checkComm(comm);
-  if (s.isOk()) s = checkRoot(peer, comm->nranks, "peer");
-  if (s.isOk()) s = checkSlot(sigIdx, ctx, "");
-  if (s.isOk() && flags != 0) s = plait::invalidArgument("flags is " + std::to_string(flags) + ": must be 0");
+  Status s = checkTarget(comm, peer, sigIdx, ctx, flags);
   if (s.isOk()) s = common(comm, {}, stream, &task);
   if (!s.isOk()) return refuse(s, call);
   return dispatch(comm, task, call, [=] { return comm->impl->putSignal(nullptr, 0, peer, nullptr, 0, true); });

@@ -12,21 +12,13 @@
 #include "plait/launch.hpp"
 
 int main() {
-  auto info = plait::detectLaunch();
-  if (!info.isOk()) {
-    fprintf(stderr, "%s\n", info.status().toString().c_str());
+  auto launched = plait::initLaunchedComm(plait::Deadline::afterMs(60000));
+  if (!launched.isOk()) {
+    fprintf(stderr, "%s\n", launched.status().toString().c_str());
     return 2;
   }
-  auto id = plait::launchUniqueId(*info, plait::Deadline::afterMs(60000));
-  if (!id.isOk()) {
-    fprintf(stderr, "%s\n", id.status().toString().c_str());
-    return 2;
-  }
-  ncclComm_t comm = nullptr;
-  if (ncclCommInitRank(&comm, info->nranks, *id, info->rank) != ncclSuccess) {
-    fprintf(stderr, "rank %d: init failed: %s\n", info->rank, ncclGetLastError(nullptr));
-    return 2;
-  }
+  const plait::LaunchInfo* info = &launched->info;
+  ncclComm_t comm = launched->comm;
   printf("net_kill_rank: rank %d: running\n", info->rank);
   fflush(stdout);
   std::vector<float> buf(256 << 10, 1.0f);

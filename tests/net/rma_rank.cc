@@ -30,22 +30,13 @@ int fail(int rank, const char* what, ncclComm_t comm) {
 }  // namespace
 
 int main() {
-  auto info = plait::detectLaunch();
-  if (!info.isOk()) {
-    fprintf(stderr, "%s\n", info.status().toString().c_str());
+  auto launched = plait::initLaunchedComm(plait::Deadline::afterMs(60000));
+  if (!launched.isOk()) {
+    fprintf(stderr, "%s\n", launched.status().toString().c_str());
     return 2;
   }
-  auto id = plait::launchUniqueId(*info, plait::Deadline::afterMs(60000));
-  if (!id.isOk()) {
-    fprintf(stderr, "%s\n", id.status().toString().c_str());
-    return 2;
-  }
-  const int rank = info->rank, n = info->nranks;
-  ncclComm_t comm = nullptr;
-  if (ncclCommInitRank(&comm, n, *id, rank) != ncclSuccess) {
-    fprintf(stderr, "rma_rank: rank %d: init failed: %s\n", rank, ncclGetLastError(nullptr));
-    return 2;
-  }
+  const int rank = launched->info.rank, n = launched->info.nranks;
+  ncclComm_t comm = launched->comm;
   std::vector<float> window(kSlot * n, -1.0f), mine(kSlot);
   ncclWindow_t win = nullptr;
   if (ncclCommWindowRegister(comm, window.data(), window.size() * sizeof(float), &win, NCCL_WIN_COLL_SYMMETRIC) !=

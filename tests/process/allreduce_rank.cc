@@ -37,21 +37,13 @@ int check(int rank, int nranks, ncclComm_t comm, ncclDataType_t t, ncclRedOp_t o
 }  // namespace
 
 int main() {
-  auto info = plait::detectLaunch();
-  if (!info.isOk()) {
-    fprintf(stderr, "%s\n", info.status().toString().c_str());
+  auto launched = plait::initLaunchedComm(plait::Deadline::afterMs(60000));
+  if (!launched.isOk()) {
+    fprintf(stderr, "%s\n", launched.status().toString().c_str());
     return 2;
   }
-  auto id = plait::launchUniqueId(*info, plait::Deadline::afterMs(60000));
-  if (!id.isOk()) {
-    fprintf(stderr, "%s\n", id.status().toString().c_str());
-    return 2;
-  }
-  ncclComm_t comm = nullptr;
-  if (ncclCommInitRank(&comm, info->nranks, *id, info->rank) != ncclSuccess) {
-    fprintf(stderr, "rank %d: init failed: %s\n", info->rank, ncclGetLastError(nullptr));
-    return 2;
-  }
+  const plait::LaunchInfo* info = &launched->info;
+  ncclComm_t comm = launched->comm;
   const ncclDataType_t types[] = {ncclInt8, ncclUint32, ncclInt64, ncclFloat16, ncclFloat32,
                                   ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
   const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
