@@ -28,7 +28,13 @@ inline std::vector<std::string> runDeviceRanks(int nranks,
     threads.emplace_back([&, r] {
       cudaStream_t stream = nullptr;
       ncclComm_t comm = nullptr;
-      if (cudaSetDevice(r % devices) != cudaSuccess || cudaStreamCreate(&stream) != cudaSuccess) {
+      // Non-blocking: a blocking stream makes every thread's synchronous
+      // cudaMemcpy (the legacy default stream) wait for this rank's kernel,
+      // which on a device shared by thread ranks waits for the peer's kernel
+      // that the peer's thread, stuck in that cudaMemcpy, has not launched
+      // yet (seen on an H100; NCCL warns about the same).
+      if (cudaSetDevice(r % devices) != cudaSuccess ||
+          cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
         errors[r] = "CUDA setup failed";
         return;
       }
