@@ -22,7 +22,6 @@ constexpr uint32_t kGoodbye = 2;     // the sender is closing: everything before
 constexpr uint32_t kGoodbyeAck = 3;  // every message before the goodbye landed: close now
 constexpr size_t kHeaderBytes = 64;
 
-
 // Waits between empty polls of the agent, doubling up to this (µs): an idle
 // agent costs little CPU, a busy one never sleeps.
 constexpr int kAgentMaxSleepUs = 200;
