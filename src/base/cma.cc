@@ -53,11 +53,12 @@ const uint64_t* cmaProbeWord() {
   return &word;
 }
 
-std::string cmaErrorText(int pid, int err) {
+std::string cmaErrorText(int pid, int err, bool write) {
   if (err == EINVAL && (pid <= 0 || pid == static_cast<int>(getpid())))
-    return "cross-memory read from pid " + std::to_string(pid) + " refused: " +
-           (pid <= 0 ? "not a process id" : "that is this process itself");
-  return "process_vm_readv from pid " + std::to_string(pid) + " failed: " + std::strerror(err);
+    return std::string("cross-memory ") + (write ? "write to" : "read from") + " pid " + std::to_string(pid) +
+           " refused: " + (pid <= 0 ? "not a process id" : "that is this process itself");
+  return std::string(write ? "process_vm_writev to pid " : "process_vm_readv from pid ") + std::to_string(pid) +
+         " failed: " + std::strerror(err);
 }
 
 }  // namespace plait

@@ -30,7 +30,8 @@ int cmaWrite(int pid, uint64_t remote, const void* src, size_t bytes);
 // A word with a per-process random value, for peers to read in a probe.
 const uint64_t* cmaProbeWord();
 
-// "process_vm_readv from pid 123 failed: Operation not permitted".
-std::string cmaErrorText(int pid, int err);
+// "process_vm_readv from pid 123 failed: Operation not permitted" (with
+// `write`: "process_vm_writev to pid 123 failed: ...").
+std::string cmaErrorText(int pid, int err, bool write = false);
 
 }  // namespace plait

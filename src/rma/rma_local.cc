@@ -36,7 +36,7 @@ Status Service::connectLocal(const ServiceSetup& setup, Deadline deadline) {
   for (int q = 0; q < nranks_; ++q) {
     pids_[q] = all[q].pid;
     if (q == rank_ || kRmaShm.get() == 0 || !sameHosts || setup.hostOf[q] != setup.hostOf[rank_]) continue;
-    Result<Page> mapped = Page::map(all[q].pid, all[q].fd, all[q].address, nranks_);
+    Result<Page> mapped = Page::map(all[q].pid, all[q].fd, nranks_);
     if (!mapped.isOk()) {
       PLAIT_INFO(kNet, "rank %d: puts to %s go through the network: %s", rank_, peerNames_[q].c_str(),
                  mapped.status().message().c_str());
@@ -96,7 +96,8 @@ Status Service::putLocal(int peer, uint64_t window, uint64_t offset, const void*
     else
       err = cmaWrite(pids_[peer], base + offset, src, bytes);
     w.writers.fetch_sub(1, std::memory_order_release);
-    if (err != 0) return remoteError("writing into " + peerNames_[peer] + "'s window: " + cmaErrorText(pids_[peer], err));
+    if (err != 0)
+      return remoteError("writing into " + peerNames_[peer] + "'s window: " + cmaErrorText(pids_[peer], err, true));
   }
   if (signal) pg.raise(rank_);
   return Status::ok();

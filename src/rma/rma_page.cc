@@ -34,22 +34,21 @@ Result<Page> Page::create(int nranks) {
   return p;
 }
 
-Result<Page> Page::map(int pid, int fd, uint64_t address, int nranks) {
+Result<Page> Page::map(int pid, int fd, int nranks) {
   Page p;
   p.nranks_ = nranks;
   p.bytes_ = bytesFor(nranks);
-  if (pid == static_cast<int>(::getpid())) {  // a thread of this process: its page is ours
-    p.base_ = reinterpret_cast<char*>(address);
-  } else {
-    const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-    const int local = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (local < 0) return systemError("opening " + path);
-    void* base = ::mmap(nullptr, p.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, local, 0);
-    ::close(local);
-    if (base == MAP_FAILED) return systemError("mapping " + path);
-    p.base_ = static_cast<char*>(base);
-    p.mapped_ = true;
-  }
+  // A mapping of our own, a peer thread's page too: it stays valid after the
+  // owner's service unmapped and closed its page (a late writer then finds
+  // no window there instead of touching unmapped memory).
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  const int local = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (local < 0) return systemError("opening " + path);
+  void* base = ::mmap(nullptr, p.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, local, 0);
+  ::close(local);
+  if (base == MAP_FAILED) return systemError("mapping " + path);
+  p.base_ = static_cast<char*>(base);
+  p.mapped_ = true;
   if (p.head().magic != kPageMagic || p.head().nranks != static_cast<uint32_t>(nranks))
     return internalError("the one-sided page of pid " + std::to_string(pid) + " is not one (magic or size)");
   return p;

@@ -4,8 +4,8 @@
 // Each rank's page holds its signal counts (one slot per sending rank: the
 // count, and a local writer's report of a put it could not land), the futex
 // word its waiters sleep on, and a table of its host windows (serial, base
-// address, size, and a count of local writers inside). It is a memfd: a peer
-// process maps it through /proc/<pid>/fd/<fd>, a peer thread uses it as is.
+// address, size, and a count of local writers inside). It is a memfd that
+// every local peer, process or thread, maps through /proc/<pid>/fd/<fd>.
 //
 // The window protocol: a writer increments the slot's `writers`, then reads
 // its serial again (seq_cst both); only if it still names the window does it
@@ -58,9 +58,9 @@ class Page {
  public:
   // This rank's page, zeroed, for nranks senders.
   static Result<Page> create(int nranks);
-  // A peer's page: `fd` in process `pid` (its own address when pid is this
-  // process: `address`). kSystemError when it cannot be mapped.
-  static Result<Page> map(int pid, int fd, uint64_t address, int nranks);
+  // A peer's page: `fd` in process `pid` (this process too, for a peer
+  // thread), mapped here through /proc. kSystemError when it cannot be.
+  static Result<Page> map(int pid, int fd, int nranks);
   Page() = default;
   Page(Page&& other) noexcept { *this = static_cast<Page&&>(other); }
   Page& operator=(Page&& other) noexcept;

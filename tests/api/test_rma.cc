@@ -16,8 +16,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <barrier>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -200,6 +203,54 @@ TEST_CASE("a put the owner cannot land fails the owner's wait, naming the writer
     return ncclCommWindowDeregister(comm, wa) == ncclSuccess ? "" : "deregister a: " + lastError(comm);
   });
   CHECK(failed == std::vector<std::string>{});
+}
+
+// Rank 0 destroys its communicator (its windows with it); rank 1's later
+// put must fail cleanly, never write into freed memory or crash: locally the
+// window is gone from rank 0's page (which rank 1 maps itself), over the
+// network the connection is closed.
+TEST_CASE("a put to a rank whose communicator is gone fails cleanly", "[rma]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  std::barrier gone(2);
+  std::string errors[2];
+  auto rank = [&](int r) {
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, 2, id, r) != ncclSuccess) {
+      errors[r] = "init";
+      gone.arrive_and_drop();
+      return;
+    }
+    auto window = std::make_unique<std::vector<float>>(64, 0.0f);
+    ncclWindow_t win = nullptr;
+    const ncclWaitSignalDesc_t d = desc(1 - r, 1);
+    ncclWaitSignalDesc_t wait = d;
+    if (ncclCommWindowRegister(comm, window->data(), window->size() * sizeof(float), &win, NCCL_WIN_DEFAULT) !=
+            ncclSuccess ||
+        ncclSignal(1 - r, 0, 0, 0, comm, nullptr) != ncclSuccess || ncclWaitSignal(1, &wait, comm, nullptr) != ncclSuccess)
+      errors[r] = "setup: " + lastError(comm);
+    if (r == 0) {
+      ncclCommWindowDeregister(comm, win);
+      ncclCommDestroy(comm);
+      window.reset();  // the memory rank 1 would write is freed
+      gone.arrive_and_wait();
+      return;
+    }
+    gone.arrive_and_wait();
+    const float v = 1.0f;
+    const ncclResult_t put = ncclPutSignal(&v, 1, ncclFloat32, 0, win, 0, 0, 0, 0, comm, nullptr);
+    // Through the network (test_rma_net) a put may still be taken by the
+    // kernel's socket buffer: success or an error are both right there.
+    if (put == ncclSuccess && std::getenv("PLAIT_RMA_SHM") == nullptr)
+      errors[r] = "a local put to a destroyed communicator succeeded";
+    ncclCommWindowDeregister(comm, win);
+    ncclCommAbort(comm);
+  };
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join();
+  t1.join();
+  CHECK(errors[0] == "");
+  CHECK(errors[1] == "");
 }
 
 TEST_CASE("one-sided arguments NCCL 2.32 refuses are refused, naming them", "[rma]") {
