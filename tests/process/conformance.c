@@ -79,12 +79,29 @@ static int rankMain(int rank, int nranks, ncclUniqueId id) {
   return 0;
 }
 
+/* The ranks are forked before ncclGetUniqueId starts the bootstrap root's
+ * thread, and learn the id through a pipe: a child forked from a process
+ * with threads may inherit a lock one of them held (and wait on it forever:
+ * seen once in CI, a rank that never joined). */
 int main(int argc, char** argv) {
   int nranks = argc > 1 ? atoi(argv[1]) : 2;
   ncclUniqueId id;
+  int pipes[64][2];
+  if (nranks < 1 || nranks > 64) return 1;
+  for (int r = 1; r < nranks; ++r) {
+    if (pipe(pipes[r]) != 0) return 1;
+    if (fork() == 0) {
+      close(pipes[r][1]);
+      if (read(pipes[r][0], &id, sizeof id) != (ssize_t)sizeof id) _exit(2);
+      _exit(rankMain(r, nranks, id));
+    }
+    close(pipes[r][0]);
+  }
   if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
-  for (int r = 1; r < nranks; ++r)
-    if (fork() == 0) _exit(rankMain(r, nranks, id));
+  for (int r = 1; r < nranks; ++r) {
+    if (write(pipes[r][1], &id, sizeof id) != (ssize_t)sizeof id) return 1;
+    close(pipes[r][1]);
+  }
   int rc = rankMain(0, nranks, id);
   for (int r = 1; r < nranks; ++r) {
     int status = 0;
