@@ -107,11 +107,6 @@ bool Service::anyRemote(const std::vector<SignalWait>& waits) const {
   return std::any_of(waits.begin(), waits.end(), [&](const SignalWait& w) { return w.peer != rank_ && !local_[w.peer]; });
 }
 
-uint64_t Service::pending(int peer) const {
-  std::lock_guard<std::mutex> lock(waitMu_);
-  return received(peer) - consumed_[peer];
-}
-
 Status Service::aborted() const {
   if (aborted_.load(std::memory_order_acquire) ||
       (abortFlag_ != nullptr && abortFlag_->load(std::memory_order_acquire) != 0))

@@ -100,8 +100,6 @@ class Service {
   // Waits until one wait's signals arrived (the first in order), consumes
   // those and returns its index.
   Result<int> waitAny(const std::vector<SignalWait>& waits, Deadline deadline);
-  // Signals received from `peer` and not yet consumed.
-  uint64_t pending(int peer) const;
 
   // Any thread, idempotent: waits and puts fail, the agent stops and the
   // connections close (peers see them close).
