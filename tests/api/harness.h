@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <functional>
 #include <future>
@@ -44,21 +45,41 @@ inline std::vector<std::string> runThreads(int nranks, const std::function<std::
 }
 
 // Forks ranks 1..nranks-1 and runs rank 0 here; body returns a process exit
-// code. Returns the exit statuses (index = rank; -signal if killed).
+// code. Returns the exit statuses (index = rank; -signal if killed). The
+// ranks are forked before ncclGetUniqueId starts the root's thread (a child
+// forked from a threaded process can inherit a lock some thread held and
+// hang); they get the id through a pipe.
 inline std::vector<int> runProcesses(int nranks, const std::function<int(int, const ncclUniqueId&)>& body) {
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) return {255};
   std::vector<pid_t> pids(nranks, 0);
+  std::vector<int> writeEnds(nranks, -1);
   for (int r = 1; r < nranks; ++r) {
+    int fds[2];
+    if (pipe(fds) != 0) return {254};
     pid_t pid = fork();
     if (pid == 0) {
-      int rc = body(r, id);
-      _exit(rc);
+      close(fds[1]);
+      ncclUniqueId id;
+      size_t got = 0;
+      while (got < sizeof id) {
+        ssize_t n = read(fds[0], reinterpret_cast<char*>(&id) + got, sizeof id - got);
+        if (n <= 0) _exit(253);  // the parent found no id
+        got += size_t(n);
+      }
+      close(fds[0]);
+      _exit(body(r, id));
     }
+    close(fds[0]);
     pids[r] = pid;
+    writeEnds[r] = fds[1];
+  }
+  ncclUniqueId id;
+  const bool haveId = ncclGetUniqueId(&id) == ncclSuccess;
+  for (int r = 1; r < nranks; ++r) {
+    if (haveId && write(writeEnds[r], &id, sizeof id) != ssize_t(sizeof id)) std::perror("runProcesses: write");
+    close(writeEnds[r]);
   }
   std::vector<int> codes(nranks, 0);
-  codes[0] = body(0, id);
+  codes[0] = haveId ? body(0, id) : 255;
   for (int r = 1; r < nranks; ++r) {
     int status = 0;
     waitpid(pids[r], &status, 0);
