@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "plait/launch.hpp"
+#include "tools/train/parameter_server.h"
 #include "training/strategies.h"
 
 namespace {
@@ -24,6 +25,7 @@ using namespace plait::training;
 
 struct Options {
   TrainConfig train;
+  plait::training::ps::PsConfig ps;
   int ranks = 0;  // 0: from the launcher
   int steps = 10;
   int globalBatch = 16;
@@ -38,6 +40,8 @@ double median(std::vector<double> v) {
 
 // Runs one rank; returns its exit code. comm may be null for one rank.
 int runRank(const Options& o, int rank, int nranks, ncclComm_t comm) {
+  if (plait_train::isParameterServer(o.train.parallel))
+    return plait_train::runParameterServerRank(o.train, o.ps, o.globalBatch, o.steps, rank, nranks, comm);
   TrainConfig c = o.train;
   // A serial run with --data-ranks N assembles its batch like N data-parallel ranks.
   const int dp = c.parallel == "none" ? std::max(1, c.nranksData) : dataParallelSize(c, nranks);
@@ -112,7 +116,7 @@ void addOptions(CLI::App& app, Options& o) {
   TrainConfig& t = o.train;
   app.add_option("--model", t.model.kind, "mlp | transformer | moe")->check(CLI::IsMember({"mlp", "transformer", "moe"}));
   app.add_option("--parallel", t.parallel,
-                 "none | ddp | zero1 | zero2 | zero3 | tp | pp-gpipe | pp-1f1b | ep | dp-tp | dp-pp");
+                 "none | ddp | zero1 | zero2 | zero3 | tp | pp-gpipe | pp-1f1b | ep | dp-tp | dp-pp | downpour | sandblaster");
   app.add_option("--precision", t.precision, "fp32 | bf16 | fp16 (none, ddp): 16-bit compute and gradients, fp32 master")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--loss-scale", t.lossScale.initial, "initial dynamic loss scale (bf16/fp16)");
@@ -123,7 +127,8 @@ void addOptions(CLI::App& app, Options& o) {
   app.add_option("--seed", t.seed, "seed of data and initialisation");
   app.add_option("--batch", o.globalBatch, "global batch (samples per step, all ranks together)");
   app.add_option("--accumulate", t.accumulate, "micro-batches per step");
-  app.add_option("--optimizer", t.optimizer.kind, "adam | sgd")->check(CLI::IsMember({"adam", "sgd"}));
+  app.add_option("--optimizer", t.optimizer.kind, "adam | sgd | adagrad (downpour's default is adagrad)")
+      ->check(CLI::IsMember({"adam", "sgd", "adagrad"}));
   app.add_option("--lr", t.optimizer.lr, "learning rate");
   app.add_flag("--checkpoint", t.checkpoint, "activation checkpointing (recompute in backward)");
   app.add_option("--bucket-kb", o.bucketKb, "DDP bucket size (KiB)");
@@ -147,6 +152,7 @@ void addOptions(CLI::App& app, Options& o) {
                  "--parallel none: take the global batch rank by rank as N data-parallel ranks would");
   app.add_option("--moe-groups", t.model.moe.groups,
                  "moe: routing groups per batch (a serial run routes like N data-parallel ranks with N)");
+  plait_train::addParameterServerOptions(app, o.ps);
 }
 
 }  // namespace
@@ -156,6 +162,8 @@ int main(int argc, char** argv) {
   CLI::App app{"plait-train: train a tiny model with a Plait training strategy"};
   addOptions(app, o);
   CLI11_PARSE(app, argc, argv);
+  // Downpour updates with Adagrad as in the paper unless --optimizer says otherwise.
+  if (o.train.parallel == "downpour" && app.count("--optimizer") == 0) o.train.optimizer.kind = "adagrad";
   auto info = plait::detectLaunch();
   if (!info.isOk()) {
     fprintf(stderr, "plait-train: %s\n", info.status().toString().c_str());
