@@ -116,7 +116,7 @@ void addOptions(CLI::App& app, Options& o) {
   TrainConfig& t = o.train;
   app.add_option("--model", t.model.kind, "mlp | transformer | moe")->check(CLI::IsMember({"mlp", "transformer", "moe"}));
   app.add_option("--parallel", t.parallel,
-                 "none | ddp | zero1 | zero2 | zero3 | tp | pp-gpipe | pp-1f1b | ep | dp-tp | dp-pp | downpour | sandblaster");
+                 "none | ddp | zero1 | zero2 | zero3 | tp | pp-gpipe | pp-1f1b | ep | dp-tp | dp-pp | downpour | sandblaster | lbfgs (serial)");
   app.add_option("--precision", t.precision, "fp32 | bf16 | fp16 (none, ddp): 16-bit compute and gradients, fp32 master")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--loss-scale", t.lossScale.initial, "initial dynamic loss scale (bf16/fp16)");
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
   }
   if (info->launcher == "none") {
     int n = std::max(1, o.ranks);
-    if (n == 1 && o.train.parallel == "none") return runRank(o, 0, 1, nullptr);
+    if (n == 1 && (o.train.parallel == "none" || o.train.parallel == "lbfgs")) return runRank(o, 0, 1, nullptr);
     return runThreads(o, n);
   }
   if (o.ranks != 0 && o.ranks != info->nranks) {

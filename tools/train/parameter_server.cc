@@ -7,12 +7,14 @@
 //     dropped replicas R...                 (only when some died)
 //     final-loss L                          (the servers' parameters, 256 samples)
 //     seconds T samples/s X
-//   Sandblaster, from rank 0 (the coordinator):
+//   Sandblaster, from rank 0 (the coordinator), and --parallel lbfgs (the
+//   serial reference: the same L-BFGS on one rank, no portions):
 //     iteration K loss L evaluations E samples S seconds T
 //     portions replica R N                  (portions whose result counted)
 //     dropped replicas R...
 //     final-loss L
 //     seconds T samples/s X
+//   and from every rank, last:  rank N ROLE I done   (ROLE: server, replica, coordinator)
 #include "tools/train/parameter_server.h"
 
 #include <cstdio>
@@ -26,7 +28,9 @@ namespace plait_train {
 using namespace plait::training;
 using namespace plait::training::ps;
 
-bool isParameterServer(const std::string& parallel) { return parallel == "downpour" || parallel == "sandblaster"; }
+bool isParameterServer(const std::string& parallel) {
+  return parallel == "downpour" || parallel == "sandblaster" || parallel == "lbfgs";
+}
 
 void addParameterServerOptions(CLI::App& app, PsConfig& ps) {
   app.add_option("--servers", ps.servers, "downpour/sandblaster: parameter-server ranks");
@@ -87,6 +91,21 @@ int runParameterServerRank(const TrainConfig& train, PsConfig ps, int globalBatc
                            ncclComm_t comm) {
   TrainConfig c = train;
   ps.steps = steps;
+  if (c.parallel == "lbfgs") {
+    if (nranks != 1) {
+      if (rank == 0) fprintf(stderr, "plait-train: --parallel lbfgs is the serial reference: one rank (got %d)\n", nranks);
+      return 2;
+    }
+    c.localBatch = globalBatch;
+    auto serial = runSerialLbfgs(c, ps);
+    if (!serial.isOk()) {
+      fprintf(stderr, "plait-train: %s\n", serial.status().toString().c_str());
+      return 1;
+    }
+    printSandblasterSummary(c, *serial, serial->points.empty() ? 0 : serial->points.back().seconds);
+    fflush(stdout);
+    return 0;
+  }
   const bool downpour = c.parallel == "downpour";
   const int replicas = nranks - ps.servers - (downpour ? 0 : 1);
   if (!comm || replicas < 1) {
@@ -123,6 +142,7 @@ int runParameterServerRank(const TrainConfig& train, PsConfig ps, int globalBatc
     else
       printSandblasterSummary(c, *report, seconds);
   }
+  printf("rank %d %s %d done\n", rank, report->role.c_str(), report->index);
   fflush(stdout);
   return 0;
 }
