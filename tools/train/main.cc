@@ -5,6 +5,7 @@
 //   step-ms median M compute C comm-wait W
 //   memory rank R params P grads G optimizer O transient X   (bytes, one line per rank)
 //   loss-scale S skipped N   (only with --precision bf16|fp16)
+//   final-loss L             (only with --final-loss)
 // Ranks: started by plait-run (or mpirun, torchrun, Slurm), one process each;
 // without a launcher, --ranks N runs N ranks as threads of this process.
 //
@@ -30,6 +31,7 @@ struct Options {
   int steps = 10;
   int globalBatch = 16;
   size_t bucketKb = 25 * 1024, firstBucketKb = 1024;
+  bool finalLoss = false;
 };
 
 double median(std::vector<double> v) {
@@ -67,6 +69,14 @@ int runRank(const Options& o, int rank, int nranks, ncclComm_t comm) {
     if (rank == 0) printf("step %d loss %.9g\n", k + 1, *loss);
     const StepTimes& t = (*trainer)->lastTimes();
     if (k > 0 || o.steps == 1) total.push_back(t.totalSeconds), compute.push_back(t.computeSeconds), wait.push_back(t.commWaitSeconds);
+  }
+  if (o.finalLoss) {  // collective: every rank gathers the parameters
+    auto params = (*trainer)->fullParams();
+    if (!params.isOk()) {
+      fprintf(stderr, "plait-train rank %d: the final parameters: %s\n", rank, params.status().toString().c_str());
+      return 1;
+    }
+    if (rank == 0) printf("final-loss %.9g\n", plait_train::evalLoss(c, *params));
   }
   MemoryReport m = (*trainer)->memory();
   std::vector<uint64_t> mine{m.paramBytes, m.gradBytes, m.optimizerBytes, m.peakTransientBytes};
@@ -152,6 +162,8 @@ void addOptions(CLI::App& app, Options& o) {
                  "--parallel none: take the global batch rank by rank as N data-parallel ranks would");
   app.add_option("--moe-groups", t.model.moe.groups,
                  "moe: routing groups per batch (a serial run routes like N data-parallel ranks with N)");
+  app.add_flag("--final-loss", o.finalLoss,
+               "print the final parameters' loss on 256 samples (seed + 1); downpour/sandblaster always do");
   plait_train::addParameterServerOptions(app, o.ps);
 }
 

@@ -45,14 +45,14 @@ void addParameterServerOptions(CLI::App& app, PsConfig& ps) {
   app.add_flag("!--fail-on-dead-replica", ps.dropDeadReplicas, "a dead replica fails the run instead of being dropped");
 }
 
-namespace {
-
-double finalLoss(const TrainConfig& c, const std::vector<float>& params) {
+double evalLoss(const TrainConfig& c, const std::vector<float>& params) {
   FlatModel model(c.model, c.seed);
   model.weights() = params;
   SyntheticDataset data(c.model, c.seed);
   return model.evaluate(globalBatch(data, 0, 256, 1, c.seed + 1));
 }
+
+namespace {
 
 void printDownpourSummary(const TrainConfig& c, const PsReport& r, double seconds, int64_t samples) {
   for (size_t i = 0; i < r.pushesApplied.size(); ++i)
@@ -65,7 +65,7 @@ void printDownpourSummary(const TrainConfig& c, const PsReport& r, double second
     for (int d : r.droppedReplicas) printf(" %d", d);
     printf("\n");
   }
-  printf("final-loss %.9g\n", finalLoss(c, r.params));
+  printf("final-loss %.9g\n", evalLoss(c, r.params));
   printf("seconds %.3f samples/s %.1f\n", seconds, double(samples) / seconds);
 }
 
@@ -80,7 +80,7 @@ void printSandblasterSummary(const TrainConfig& c, const PsReport& r, double sec
     for (int d : r.droppedReplicas) printf(" %d", d);
     printf("\n");
   }
-  printf("final-loss %.9g\n", finalLoss(c, r.params));
+  printf("final-loss %.9g\n", evalLoss(c, r.params));
   const int64_t samples = r.points.empty() ? 0 : r.points.back().samples;
   printf("seconds %.3f samples/s %.1f\n", seconds, double(samples) / seconds);
 }

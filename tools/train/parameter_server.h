@@ -17,4 +17,8 @@ void addParameterServerOptions(CLI::App& app, plait::training::ps::PsConfig& ps)
 int runParameterServerRank(const plait::training::TrainConfig& train, plait::training::ps::PsConfig ps,
                            int globalBatch, int steps, int rank, int nranks, ncclComm_t comm);
 
+// Mean loss of the parameters (serial forward order) on 256 samples drawn
+// with seed + 1: what --final-loss prints for every strategy.
+double evalLoss(const plait::training::TrainConfig& config, const std::vector<float>& params);
+
 }  // namespace plait_train
