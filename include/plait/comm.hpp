@@ -183,6 +183,21 @@ class Comm {
     if (r != ncclSuccess) return statusFromNccl(r, comm_);
     return which;
   }
+  // Polls: true (and consumed) when every descriptor's signals came; false
+  // (nothing consumed) when not yet (plaitTestSignal).
+  Result<bool> testSignal(std::span<const ncclWaitSignalDesc_t> descs) {
+    int done = 0;
+    ncclResult_t r = plaitTestSignal(static_cast<int>(descs.size()), descs.data(), &done, comm_);
+    if (r != ncclSuccess) return statusFromNccl(r, comm_);
+    return done != 0;
+  }
+  // Reads peer's part of window `win` at offsetBytes into data (plaitGet).
+  template <typename T>
+  Status get(std::span<T> data, int peer, ncclWindow_t win, size_t offsetBytes, HostStream* stream = nullptr) {
+    return statusFromNccl(
+        plaitGet(data.data(), data.size(), DataTypeFor<T>::value, peer, win, offsetBytes, comm_, streamOf(stream)),
+        comm_);
+  }
   // Collective: ranks with the same color (>= 0) form a new communicator,
   // ordered by key; a negative color gives an empty Comm (valid() false).
   Result<Comm> split(int color, int key) {

@@ -6,8 +6,10 @@
 //
 // For each size: "latency" is half the round trip of a ping-pong (put with a
 // signal there, the peer's put back); "bandwidth" is rank 0 streaming n
-// messages to rank 1, which then signals (or sends) once back. Medians of 5
-// repetitions; a table on rank 0.
+// messages to rank 1, which then signals (or sends) once back. "get" is
+// rank 0 reading rank 1's window n times with plaitGet (one blocking read
+// after another; rank 1 only waits): µs per read, and bytes over that time.
+// Medians of 5 repetitions; a table on rank 0.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "plait/launch.hpp"
+#include "plait/rma.h"
 
 namespace {
 
@@ -119,6 +122,21 @@ double sendBandwidth(Pair& p, std::vector<char>& dst, size_t bytes, int iters) {
   return static_cast<double>(bytes) * iters / s / 1e9;
 }
 
+// Microseconds per blocking read of `bytes` of the peer's window.
+double getTime(Pair& p, std::vector<char>& dst, size_t bytes, int iters) {
+  const int peer = 1 - p.rank;
+  auto start = Clock::now();
+  if (p.rank == 0) {
+    for (int i = 0; i < iters; ++i)
+      check(plaitGet(dst.data(), bytes, ncclInt8, peer, p.win, 0, p.comm, nullptr), p.comm, "get");
+    check(ncclSignal(peer, 0, 0, 0, p.comm, nullptr), p.comm, "signal");
+  } else {
+    ncclWaitSignalDesc_t d{1, peer, 0, 0};
+    check(ncclWaitSignal(1, &d, p.comm, nullptr), p.comm, "wait");
+  }
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -149,20 +167,22 @@ int main(int argc, char** argv) {
   sendLatency(p, dst, 8, 10);
   if (info->rank == 0)
     std::printf("# rma_perf: 2 ranks, medians of 5; latency = half a ping-pong, bandwidth = rank 0 -> rank 1\n"
-                "#%11s %12s %12s %10s %12s %12s %10s\n", "bytes", "put us", "send us", "put/send", "put GB/s",
-                "send GB/s", "put/send");
+                "#%11s %12s %12s %10s %12s %12s %10s %10s %10s\n", "bytes", "put us", "send us", "put/send", "put GB/s",
+                "send GB/s", "put/send", "get us", "get GB/s");
   for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= 4) {
     const int n = bytes >= (1 << 20) ? std::max(4, iters / 8) : iters;
-    std::vector<double> pl, sl, pb, sb;
+    std::vector<double> pl, sl, pb, sb, gt;
     for (int rep = 0; rep < 5; ++rep) {  // interleaved
       pl.push_back(putLatency(p, bytes, n));
       sl.push_back(sendLatency(p, dst, bytes, n));
       pb.push_back(putBandwidth(p, bytes, n));
       sb.push_back(sendBandwidth(p, dst, bytes, n));
+      gt.push_back(getTime(p, dst, bytes, n));
     }
     if (info->rank == 0)
-      std::printf("%12zu %12.2f %12.2f %10.2f %12.3f %12.3f %10.2f\n", bytes, median(pl), median(sl),
-                  median(pl) / median(sl), median(pb), median(sb), median(pb) / median(sb));
+      std::printf("%12zu %12.2f %12.2f %10.2f %12.3f %12.3f %10.2f %10.2f %10.3f\n", bytes, median(pl), median(sl),
+                  median(pl) / median(sl), median(pb), median(sb), median(pb) / median(sb), median(gt),
+                  static_cast<double>(bytes) / median(gt) / 1e3);
   }
   check(ncclCommWindowDeregister(comm, win), comm, "deregister");
   check(ncclCommDestroy(comm), nullptr, "destroy");

@@ -1,5 +1,6 @@
 // rma_api.cc — NCCL 2.32's one-sided operations: ncclPutSignal, ncclSignal,
-// ncclWaitSignal (core/comm_rma.cc, rma/rma_service.h). Arguments are
+// ncclWaitSignal, and Plait's plaitGet, plaitWaitAnySignal, plaitTestSignal
+// (plait/rma.h; core/comm_rma.cc, rma/rma_service.h). Arguments are
 // checked as NCCL 2.32 checks them (sigIdx, ctx and flags 0, opCnt > 0, a
 // window and a source buffer for a put), each refusal naming the argument;
 // the operation then runs now (stream NULL), on a Plait host stream, or at
@@ -83,34 +84,58 @@ ncclResult_t refuse(const Status& s, const char* call) {
 
 }  // namespace
 
+namespace {
+
+// What a put and a get both check: a local buffer, a window, a range of it.
+// Windows are registered alike on every rank: this rank's size of the
+// window bounds the transfer (the peer checks its own again). Sets *bytes.
+Status checkTransfer(ncclComm_t comm, const void* localbuff, size_t count, ncclDataType_t datatype,
+                     ncclWindow_t peerWin, size_t peerWinOffset, cudaStream_t stream, plait::Task* task,
+                     size_t* bytes) {
+  PLAIT_RETURN_IF_ERROR(checkType(datatype));
+  if (localbuff == nullptr) return plait::invalidArgument("localbuff is NULL");
+  if (peerWin == nullptr) return plait::invalidArgument("peerWin is NULL");
+  if (count > (SIZE_MAX >> 4) / plait::typeSize(datatype))
+    return plait::invalidArgument("count " + std::to_string(count) + " overflows the addressable size");
+  *bytes = count * plait::typeSize(datatype);
+  PLAIT_RETURN_IF_ERROR(common(comm, {{localbuff, count, "localbuff"}}, stream, task));
+  PLAIT_ASSIGN_OR_RETURN(size_t room, comm->impl->windowBytesFrom(peerWin, peerWinOffset));
+  if (*bytes > room)
+    return plait::invalidArgument("count " + std::to_string(count) + " (" + std::to_string(*bytes) +
+                                  " bytes) from peerWinOffset " + std::to_string(peerWinOffset) +
+                                  " runs past the window's end (" + std::to_string(room) + " bytes left)");
+  return Status::ok();
+}
+
+}  // namespace
+
 PLAIT_API(ncclResult_t, PutSignal,
           (const void* localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin,
            size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream)) {
   const char* call = "ncclPutSignal";
   plait::Task task;
+  size_t bytes = 0;
   Status s = checkTarget(comm, peer, sigIdx, ctx, flags);
-  if (s.isOk()) s = checkType(datatype);
-  if (s.isOk() && localbuff == nullptr) s = plait::invalidArgument("localbuff is NULL");
-  if (s.isOk() && peerWin == nullptr) s = plait::invalidArgument("peerWin is NULL");
-  if (s.isOk() && count > (SIZE_MAX >> 4) / plait::typeSize(datatype))
-    s = plait::invalidArgument("count " + std::to_string(count) + " overflows the addressable size");
-  const size_t bytes = s.isOk() ? count * plait::typeSize(datatype) : 0;
-  if (s.isOk()) s = common(comm, {{localbuff, count, "localbuff"}}, stream, &task);
-  if (s.isOk()) {
-    // Windows are registered alike on every rank: this rank's size of the
-    // window bounds the put (the peer checks its own again).
-    auto room = comm->impl->windowBytesFrom(peerWin, peerWinOffset);
-    if (!room.isOk()) s = room.status();
-    else if (bytes > *room)
-      s = plait::invalidArgument("count " + std::to_string(count) + " (" + std::to_string(bytes) +
-                                 " bytes) from peerWinOffset " + std::to_string(peerWinOffset) +
-                                 " runs past the window's end (" + std::to_string(*room) + " bytes left)");
-  }
+  if (s.isOk()) s = checkTransfer(comm, localbuff, count, datatype, peerWin, peerWinOffset, stream, &task, &bytes);
   if (!s.isOk()) return refuse(s, call);
   void* win = peerWin;
   return dispatch(comm, task, call, [=] {
     return comm->impl->putSignal(localbuff, bytes, peer, win, peerWinOffset, /*signal=*/true);
   });
+} PLAIT_API_END
+
+extern "C" __attribute__((visibility("default"))) ncclResult_t plaitGet(
+    void* localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin, size_t peerWinOffset,
+    ncclComm_t comm, cudaStream_t stream) try {
+  const char* call = "plaitGet";
+  plait::Task task;
+  size_t bytes = 0;
+  Status s = checkComm(comm);
+  if (s.isOk()) s = checkRoot(peer, comm->nranks, "peer");
+  if (s.isOk()) s = checkTransfer(comm, localbuff, count, datatype, peerWin, peerWinOffset, stream, &task, &bytes);
+  if (!s.isOk()) return refuse(s, call);
+  void* win = peerWin;
+  return dispatch(comm, task, call, [=] { return comm->impl->get(localbuff, bytes, peer, win, peerWinOffset); });
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, Signal, (int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
@@ -169,5 +194,20 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t plaitWaitAnySigna
   auto got = comm->impl->waitAnySignal(waits);
   if (!got.isOk()) return fail(got.status(), call);
   *which = *got;
+  return ncclSuccess;
+} PLAIT_API_END
+
+extern "C" __attribute__((visibility("default"))) ncclResult_t plaitTestSignal(
+    int nDesc, const ncclWaitSignalDesc_t* signalDescs, int* done, ncclComm_t comm) try {
+  const char* call = "plaitTestSignal";
+  if (done == nullptr) return fail(plait::invalidArgument("done is NULL"), call);
+  *done = 0;
+  std::vector<plait::rma::SignalWait> waits;
+  if (Status s = parseDescs(comm, nDesc, signalDescs, &waits); !s.isOk()) return fail(s, call);
+  CommUse use(comm);
+  if (!use.usable()) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);
+  auto got = comm->impl->testSignals(waits);
+  if (!got.isOk()) return fail(got.status(), call);
+  *done = *got ? 1 : 0;
   return ncclSuccess;
 } PLAIT_API_END

@@ -149,8 +149,14 @@ class Communicator {
   Status waitSignals(const std::vector<rma::SignalWait>& waits);
   // The C++ API's any-of wait: the index of the wait that was met.
   Result<int> waitAnySignal(const std::vector<rma::SignalWait>& waits);
+  // plaitTestSignal: never blocks; true (consumed) when all were met.
+  Result<bool> testSignals(const std::vector<rma::SignalWait>& waits);
+  // plaitGet: `bytes` at `offset` of peer's part of window `win` into dst.
+  Status get(void* dst, size_t bytes, int peer, void* win, size_t offset);
   // Bytes of a window from `offset` on, or why `win` is not one.
   Result<size_t> windowBytesFrom(void* win, size_t offset) const;
+  // The registration serial that names `win` on every rank.
+  Result<uint64_t> windowSerial(void* win) const;
   // ncclCommMemStats: GPU memory this communicator allocated itself.
   struct MemStats {
     uint64_t suspendable = 0;  // the device path's connections (kept as they were while suspended)

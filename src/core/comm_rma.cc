@@ -1,5 +1,6 @@
 // comm_rma.cc — the communicator's one-sided operations (ncclPutSignal,
-// ncclSignal, ncclWaitSignal) over its agent (rma/rma_service.h).
+// ncclSignal, ncclWaitSignal; plaitGet, plaitWaitAnySignal,
+// plaitTestSignal) over its agent (rma/rma_service.h).
 #include <string>
 
 #include "base/log.h"
@@ -51,15 +52,19 @@ Result<size_t> Communicator::windowBytesFrom(void* win, size_t offset) const {
   return it->second.bytes - offset;
 }
 
+Result<uint64_t> Communicator::windowSerial(void* win) const {
+  std::lock_guard<std::mutex> lock(windowsMu_);
+  auto it = windowNotes_.find(win);
+  if (it == windowNotes_.end()) return invalidArgument("peerWin is not a window registered on this communicator");
+  return it->second.serial;
+}
+
 Status Communicator::putSignal(const void* src, size_t bytes, int peer, void* win, size_t offset, bool signal) {
   if (aborted() || revoked()) return invalidUsage("the communicator was aborted or revoked");
   if (suspended()) return invalidUsage("the communicator is suspended (ncclCommSuspend): call ncclCommResume first");
   uint64_t serial = 0;
   if (win != nullptr) {
-    std::lock_guard<std::mutex> lock(windowsMu_);
-    auto it = windowNotes_.find(win);
-    if (it == windowNotes_.end()) return invalidArgument("peerWin is not a window registered on this communicator");
-    serial = it->second.serial;
+    PLAIT_ASSIGN_OR_RETURN(serial, windowSerial(win));
   }
   PLAIT_RETURN_IF_ERROR(ensureRma());
   log::ScopedLogRank logRank(rank_);
@@ -79,6 +84,22 @@ Result<int> Communicator::waitAnySignal(const std::vector<rma::SignalWait>& wait
   PLAIT_RETURN_IF_ERROR(ensureRma());
   log::ScopedLogRank logRank(rank_);
   return rma_->waitAny(waits, Deadline::afterMs(timeoutMs_));
+}
+
+Result<bool> Communicator::testSignals(const std::vector<rma::SignalWait>& waits) {
+  if (aborted() || revoked()) return invalidUsage("the communicator was aborted or revoked");
+  PLAIT_RETURN_IF_ERROR(ensureRma());
+  log::ScopedLogRank logRank(rank_);
+  return rma_->test(waits);
+}
+
+Status Communicator::get(void* dst, size_t bytes, int peer, void* win, size_t offset) {
+  if (aborted() || revoked()) return invalidUsage("the communicator was aborted or revoked");
+  if (suspended()) return invalidUsage("the communicator is suspended (ncclCommSuspend): call ncclCommResume first");
+  PLAIT_ASSIGN_OR_RETURN(uint64_t serial, windowSerial(win));
+  PLAIT_RETURN_IF_ERROR(ensureRma());
+  log::ScopedLogRank logRank(rank_);
+  return rma_->get(peer, serial, offset, dst, bytes, Deadline::afterMs(timeoutMs_));
 }
 
 }  // namespace plait

@@ -146,6 +146,7 @@ Status Service::waitFor(const char* what, Deadline deadline, const std::function
   if (s.isOk()) return s;
   if (Status why = blocked(); !why.isOk()) return why;  // more precise than "aborted"
   if (!deadline.expired()) return s;
+  if (waits.empty()) return remoteError(std::string("timed out in ") + what);
   std::string have;
   for (const SignalWait& w : waits)
     have += (have.empty() ? "" : "; ") + peerNames_[w.peer] + ": " + std::to_string(received(w.peer) - consumed_[w.peer]) +
@@ -179,6 +180,29 @@ Status Service::waitAll(const std::vector<SignalWait>& waits, Deadline deadline)
   std::lock_guard<std::mutex> lock(waitMu_);
   for (size_t i = 0; i < waits.size(); ++i) consumed_[waits[i].peer] = std::max(consumed_[waits[i].peer], targets[i]);
   return Status::ok();
+}
+
+Result<bool> Service::test(const std::vector<SignalWait>& waits) {
+  PLAIT_RETURN_IF_ERROR(aborted());
+  if (anyRemote(waits)) touch();  // a poll loop keeps the agent landing promptly
+  std::vector<uint64_t> targets(waits.size()), sum(nranks_, 0);
+  {
+    std::lock_guard<std::mutex> lock(waitMu_);
+    bool ready = true;
+    for (size_t i = 0; i < waits.size(); ++i) {
+      sum[waits[i].peer] += waits[i].count;
+      targets[i] = consumed_[waits[i].peer] + sum[waits[i].peer];
+      ready = ready && received(waits[i].peer) >= targets[i];
+    }
+    if (ready) {
+      for (size_t i = 0; i < waits.size(); ++i)
+        consumed_[waits[i].peer] = std::max(consumed_[waits[i].peer], targets[i]);
+      return true;
+    }
+  }
+  for (size_t i = 0; i < waits.size(); ++i)  // starved() takes waitMu_ itself
+    if (std::string why = starved(waits[i], targets[i]); !why.empty()) return remoteError(why);
+  return false;
 }
 
 Result<int> Service::waitAny(const std::vector<SignalWait>& waits, Deadline deadline) {

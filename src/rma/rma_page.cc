@@ -124,6 +124,15 @@ std::string WindowTable::write(uint64_t id, uint64_t offset, const void* src, ui
   return std::string();
 }
 
+std::string WindowTable::read(uint64_t id, uint64_t offset, void* dst, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = windows_.find(id);
+  if (it == windows_.end()) return missingWindow(id);
+  if (std::string why = rangeError(id, offset, bytes, it->second.second); !why.empty()) return why;
+  if (bytes > 0 && dst != nullptr) std::memcpy(dst, it->second.first + offset, bytes);
+  return std::string();
+}
+
 void WindowTable::attach(Page* page) {
   std::lock_guard<std::mutex> lock(mu_);
   if (page_ != nullptr && page == nullptr)

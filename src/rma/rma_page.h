@@ -113,6 +113,9 @@ class WindowTable {
   void remove(uint64_t id);
   // Copies [src, src + bytes) to window `id` at `offset`; "" or why it cannot.
   std::string write(uint64_t id, uint64_t offset, const void* src, uint64_t bytes);
+  // The other direction: `bytes` at `offset` of window `id` to dst (null
+  // dst: only checks that they are there).
+  std::string read(uint64_t id, uint64_t offset, void* dst, uint64_t bytes);
   // Publishes every window in `page` (null: stops publishing).
   void attach(Page* page);
 

@@ -7,6 +7,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "rma/rma_wire.h"
 #include "transport/net/net_plugin.h"
 
 namespace plait::rma {
@@ -15,12 +16,6 @@ namespace {
 PLAIT_PARAM_INT(kRmaChunkBytes, "RMA_CHUNK_BYTES", 256 << 10,
                 "payload bytes per one-sided message (ncclPutSignal): larger puts are split, each connection "
                 "stages 4 such messages per direction");
-
-constexpr uint32_t kMagic = 0x504c5241;  // "PLRA"
-constexpr uint32_t kPut = 1;
-constexpr uint32_t kGoodbye = 2;     // the sender is closing: everything before it was sent
-constexpr uint32_t kGoodbyeAck = 3;  // every message before the goodbye landed: close now
-constexpr size_t kHeaderBytes = 64;
 
 // Waits between empty polls of the agent, doubling up to this (µs): an idle
 // agent costs little CPU, a busy one never sleeps.
@@ -34,19 +29,6 @@ constexpr int64_t kHotMs = 2;
 constexpr int64_t kGoodbyeMs = 10000;
 
 }  // namespace
-
-// One message's header (rma_service.h: Wire).
-struct Header {
-  uint32_t magic = kMagic;
-  uint32_t kind = kPut;
-  uint64_t window = 0;   // registration serial; 0 with bytes 0 (a bare signal)
-  uint64_t offset = 0;   // in the window
-  uint64_t bytes = 0;    // payload in this message
-  uint32_t signal = 0;   // 1: count a signal once the payload landed
-  uint32_t reserved = 0;
-  uint64_t total = 0;    // the whole put's bytes (for messages)
-};
-static_assert(sizeof(Header) <= kHeaderBytes);
 
 Result<std::unique_ptr<Service>> Service::create(const ServiceSetup& setup, Deadline deadline) {
   std::unique_ptr<Service> s(new Service());
@@ -340,7 +322,7 @@ void Service::land(int peer, const char* message, int size) {
   Header h;
   if (size < static_cast<int>(kHeaderBytes)) return failReceiver(peer, "a message too short for its header");
   std::memcpy(&h, message, sizeof h);
-  if (h.magic != kMagic || h.kind < kPut || h.kind > kGoodbyeAck || h.bytes != static_cast<uint64_t>(size) - kHeaderBytes)
+  if (h.magic != kMagic || h.kind < kPut || h.kind > kLastKind || h.bytes != static_cast<uint64_t>(size) - kHeaderBytes)
     return failReceiver(peer, "a malformed one-sided message (magic, kind or length wrong)");
   if (h.kind == kGoodbye) {
     // Messages arrive in order: all of the peer's landed. Say so, then
@@ -354,6 +336,11 @@ void Service::land(int peer, const char* message, int size) {
     goodbyeAcked_[peer].store(true, std::memory_order_release);
     return;
   }
+  if (h.kind == kGetRequest) {
+    if (h.bytes != 0) return failReceiver(peer, "a malformed read request (it carries a payload)");
+    return queueReply(peer, h);
+  }
+  if (h.kind == kGetReply) return landReply(peer, h, message + kHeaderBytes);
   if (h.bytes > 0 || h.window != 0) {
     std::string why = windows_->write(h.window, h.offset, message + kHeaderBytes, h.bytes);
     if (!why.empty())
@@ -404,6 +391,7 @@ void Service::agentLoop() {
     bool moved = false;
     for (int q = 0; q < nranks_; ++q)
       if (q != rank_) moved = pumpReceiver(q) || moved;
+    moved = progressReplies() || moved;
     const auto now = std::chrono::steady_clock::now();
     if (moved) {
       lastActive = now;

@@ -33,6 +33,14 @@
 // the writer reports it, and its put fails too; over the network the
 // writer's connection is marked failed at the owner).
 //
+// Reads (plaitGet): a local peer's window is read as a put writes it (a
+// copy between threads, process_vm_readv between processes); any other
+// peer's agent answers a read request on its own connection to the reader,
+// in messages the reader's agent copies into the reader's buffer. The
+// owner's agent never blocks on a send (it would stop landing messages
+// while a peer's agent does the same): replies wait in a queue and go out
+// as the connection has room.
+//
 // Signals: per sending peer, a count in this rank's page. WaitSignal
 // consumes: waiting for n signals from peer q returns once q's count reaches
 // what earlier waits consumed plus n (NCCL's semantics: counters, not
@@ -43,8 +51,9 @@
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <cstddef>
+#include <deque>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -100,6 +109,13 @@ class Service {
   // Waits until one wait's signals arrived (the first in order), consumes
   // those and returns its index.
   Result<int> waitAny(const std::vector<SignalWait>& waits, Deadline deadline);
+  // Never blocks: true (and consumed) when every wait's signals arrived,
+  // false (nothing consumed) when some have not; fails as waitAll would
+  // when one can never arrive.
+  Result<bool> test(const std::vector<SignalWait>& waits);
+  // Copies `bytes` at `offset` of peer's window `window` into dst; returns
+  // once they are there. The peer takes no part.
+  Status get(int peer, uint64_t window, uint64_t offset, void* dst, uint64_t bytes, Deadline deadline);
 
   // Any thread, idempotent: waits and puts fail, the agent stops and the
   // connections close (peers see them close).
@@ -121,6 +137,21 @@ class Service {
     Slots slots;
     std::string failure;
   };
+  struct PendingGet {  // a read this rank waits for (getMu_)
+    char* dst = nullptr;
+    uint64_t bytes = 0, landed = 0;
+    int peer = 0;
+    bool done = false;
+    std::string error;
+  };
+  struct Reply {  // a read a peer asked of this rank (the agent's)
+    int peer = 0;
+    uint64_t request = 0, window = 0, offset = 0, bytes = 0, sent = 0;
+    std::string error;     // refused: the one reply says why
+    bool posted = false;   // all of it: now only until the connection sent it
+    uint64_t lastSend = 0; // the connection's count of posted sends after its last
+  };
+  enum class SendResult { kSent, kBusy, kFailed };
   Service() = default;
   Status connect(const ServiceSetup& setup, Deadline deadline);
   // Collective: exchanges the pages and decides, per peer, whether this
@@ -138,6 +169,17 @@ class Service {
   bool sendControl(int peer, const Header& h);
   void sayGoodbye();
   bool pumpReceiver(int peer);  // true when a message landed
+  Status getLocal(int peer, uint64_t window, uint64_t offset, void* dst, uint64_t bytes);
+  Status getRemote(int peer, uint64_t window, uint64_t offset, void* dst, uint64_t bytes, Deadline deadline);
+  void queueReply(int peer, const Header& h);                       // the agent
+  void landReply(int peer, const Header& h, const char* payload);  // the agent
+  bool progressReplies();                                                 // the agent; true when one moved
+  // The agent's send: posts one message if the connection has room now
+  // (*posted: the connection's count of posted sends after it).
+  SendResult trySend(int peer, const Header& h, const std::function<std::string(char*)>& fill, uint64_t* posted);
+  // The agent's progress of a connection's sends, without waiting: true
+  // once `until` of them completed (or the connection failed).
+  bool reapSends(int peer, uint64_t until);
   void land(int peer, const char* message, int size);
   void failReceiver(int peer, const std::string& why);
   Status aborted() const;  // kRemoteError once aborted (this service or the communicator)
@@ -169,6 +211,10 @@ class Service {
   std::vector<uint64_t> consumed_;                // [peer] signals waits took (waiters' lock)
   mutable std::mutex waitMu_;                     // consumed_, failures_
   std::vector<std::string> failures_;             // [peer] why its connection to this rank failed
+  std::mutex getMu_;                              // gets_, nextGet_
+  std::map<uint64_t, PendingGet*> gets_;          // by request number
+  uint64_t nextGet_ = 0;
+  std::deque<Reply> replies_;                     // the agent's alone
   std::atomic<int64_t> lastLocal_{0};  // steady_clock ticks of the last touch()
   std::atomic<bool> stop_{false};
   std::atomic<bool> aborted_{false};

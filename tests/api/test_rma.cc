@@ -1,5 +1,6 @@
 // NCCL 2.32's one-sided operations on host memory: ncclPutSignal,
-// ncclSignal, ncclWaitSignal. Checked: a put's bytes are in the window
+// ncclSignal, ncclWaitSignal, and Plait's plaitGet and plaitTestSignal.
+// Checked: a put's bytes are in the window
 // before its signal counts (every signal is checked against the slot its put
 // wrote), concurrent puts from several ranks into disjoint ranges of one
 // window (puts larger than one message included), signals counted and
@@ -253,6 +254,112 @@ TEST_CASE("a put to a rank whose communicator is gone fails cleanly", "[rma]") {
   CHECK(errors[1] == "");
 }
 
+// plaitGet: every rank reads ranges of every peer's window (and its own):
+// small, several messages long (PLAIT_RMA_CHUNK_BYTES is 64 KiB in ctest),
+// at offsets; a read that only the owner can refuse (its part of the window
+// is smaller) fails naming why; a read after the owner's signal sees what
+// the owner wrote before signalling.
+TEST_CASE("gets read peers' windows; the owner refuses what it does not have", "[rma]") {
+  constexpr int kRanks = 3;
+  constexpr size_t kBig = 70001;
+  auto failed = runThreads(kRanks, [&](int r, ncclComm_t comm) -> std::string {
+    // Rank 2's part of the window is shorter than the others'.
+    std::vector<float> window(r == 2 ? kBig - 1000 : kBig);
+    for (size_t i = 0; i < window.size(); ++i) window[i] = valueOf(r, 0, i);
+    ncclWindow_t win = nullptr;
+    if (ncclCommWindowRegister(comm, window.data(), window.size() * sizeof(float), &win, NCCL_WIN_DEFAULT) !=
+        ncclSuccess)
+      return "register: " + lastError(comm);
+    struct Range {
+      size_t offset, count;
+    };
+    for (int q = 0; q < kRanks; ++q)
+      for (Range g : {Range{0, 100}, Range{12345, 20000}, Range{0, kBig - 1000}, Range{777, 1}}) {
+        std::vector<float> got(g.count, -1.0f);
+        if (plaitGet(got.data(), g.count, ncclFloat32, q, win, g.offset * sizeof(float), comm, nullptr) != ncclSuccess)
+          return "get from rank " + std::to_string(q) + ": " + lastError(comm);
+        for (size_t i = 0; i < g.count; ++i)
+          if (got[i] != valueOf(q, 0, g.offset + i))
+            return "get from rank " + std::to_string(q) + " at " + std::to_string(g.offset) + ": element " +
+                   std::to_string(i) + " is " + std::to_string(got[i]);
+      }
+    if (r != 2) {
+      // Within this rank's window, past rank 2's part of it.
+      std::vector<float> got(2000);
+      if (plaitGet(got.data(), 2000, ncclFloat32, 2, win, (kBig - 2000) * sizeof(float), comm, nullptr) !=
+          ncclInvalidUsage)
+        return "a get past rank 2's part was not refused: " + lastError(comm);
+      const std::string e = lastError(comm);
+      for (const char* want : {"rank 2", "outside window #1"})
+        if (e.find(want) == std::string::npos) return "the refusal does not say '" + std::string(want) + "': " + e;
+    }
+    // Every rank signals every other, then waits for all of theirs.
+    auto barrier = [&]() -> std::string {
+      std::vector<ncclWaitSignalDesc_t> all;
+      for (int q = 0; q < kRanks; ++q) {
+        if (q == r) continue;
+        if (ncclSignal(q, 0, 0, 0, comm, nullptr) != ncclSuccess) return "barrier signal: " + lastError(comm);
+        all.push_back(desc(q, 1));
+      }
+      if (ncclWaitSignal(int(all.size()), all.data(), comm, nullptr) != ncclSuccess)
+        return "barrier wait: " + lastError(comm);
+      return "";
+    };
+    if (std::string e = barrier(); !e.empty()) return e;
+    // Rank 0 rewrites the start of its window, then signals rank 1, which
+    // reads it.
+    if (r == 0) {
+      for (int i = 0; i < 64; ++i) window[i] = valueOf(0, 9, i);
+      if (ncclSignal(1, 0, 0, 0, comm, nullptr) != ncclSuccess) return "signal: " + lastError(comm);
+    } else if (r == 1) {
+      ncclWaitSignalDesc_t d = desc(0, 1);
+      if (ncclWaitSignal(1, &d, comm, nullptr) != ncclSuccess) return "wait: " + lastError(comm);
+      std::vector<float> got(64);
+      if (plaitGet(got.data(), 64, ncclFloat32, 0, win, 0, comm, nullptr) != ncclSuccess)
+        return "get after the signal: " + lastError(comm);
+      for (int i = 0; i < 64; ++i)
+        if (got[i] != valueOf(0, 9, i)) return "the get after the signal read an old element " + std::to_string(i);
+    }
+    // Nobody deregisters while another still reads.
+    if (std::string e = barrier(); !e.empty()) return e;
+    return ncclCommWindowDeregister(comm, win) == ncclSuccess ? "" : "deregister: " + lastError(comm);
+  });
+  CHECK(failed == std::vector<std::string>{});
+}
+
+TEST_CASE("plaitTestSignal polls without blocking and consumes only what it reports", "[rma]") {
+  auto failed = runThreads(2, [&](int r, ncclComm_t comm) -> std::string {
+    if (r == 1) {
+      for (int k = 0; k < 3; ++k) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        if (ncclSignal(0, 0, 0, 0, comm, nullptr) != ncclSuccess) return "signal: " + lastError(comm);
+      }
+      ncclWaitSignalDesc_t d = desc(0, 1);  // rank 0 is done polling
+      return ncclWaitSignal(1, &d, comm, nullptr) == ncclSuccess ? "" : "wait: " + lastError(comm);
+    }
+    int done = -1;
+    ncclWaitSignalDesc_t two = desc(1, 2), one = desc(1, 1);
+    if (plaitTestSignal(1, &two, nullptr, comm) != ncclInvalidArgument) return "done = NULL not refused";
+    // Poll until two signals came (the third may or may not have).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    int polls = 0;
+    do {
+      if (plaitTestSignal(1, &two, &done, comm) != ncclSuccess) return "test: " + lastError(comm);
+      ++polls;
+    } while (done == 0 && std::chrono::steady_clock::now() < until);
+    if (done != 1) return "two signals never reported";
+    // The third: consumed once, by the poll that reports it.
+    do {
+      if (plaitTestSignal(1, &one, &done, comm) != ncclSuccess) return "test: " + lastError(comm);
+    } while (done == 0 && std::chrono::steady_clock::now() < until);
+    if (done != 1) return "the third signal never reported";
+    if (plaitTestSignal(1, &one, &done, comm) != ncclSuccess || done != 0) return "a consumed signal reported again";
+    if (polls < 2) return "the first poll already saw two signals: the test proves nothing (" + std::to_string(polls) + ")";
+    return ncclSignal(1, 0, 0, 0, comm, nullptr) == ncclSuccess ? "" : "signal: " + lastError(comm);
+  });
+  CHECK(failed == std::vector<std::string>{});
+}
+
 TEST_CASE("one-sided arguments NCCL 2.32 refuses are refused, naming them", "[rma]") {
   auto failed = runThreads(2, [&](int r, ncclComm_t comm) -> std::string {
     std::vector<float> buf(32, 0.0f);
@@ -343,3 +450,33 @@ TEST_CASE("a killed writer ends the owner's wait with its name", "[rma][process]
   CHECK(codes[0] == 0);
   CHECK(codes[1] == -SIGKILL);
 }
+
+// Between processes a get reads the owner's memory with process_vm_readv
+// (or its agent answers, with PLAIT_RMA_SHM=0 inherited from the caller).
+TEST_CASE("a get between processes reads the owner's window", "[rma][process]") {
+  auto codes = runProcesses(2, [](int r, const ncclUniqueId& id) -> int {
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, 2, id, r) != ncclSuccess) return 10;
+    std::vector<float> buf(5000);
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = valueOf(r, 1, i);
+    ncclWindow_t win = nullptr;
+    if (ncclCommWindowRegister(comm, buf.data(), buf.size() * sizeof(float), &win, NCCL_WIN_DEFAULT) != ncclSuccess)
+      return 11;
+    std::vector<float> got(4000, -1.0f);
+    if (plaitGet(got.data(), got.size(), ncclFloat32, 1 - r, win, 1000 * sizeof(float), comm, nullptr) != ncclSuccess) {
+      std::fprintf(stderr, "rank %d: %s\n", r, ncclGetLastError(comm));
+      return 12;
+    }
+    for (size_t i = 0; i < got.size(); ++i)
+      if (got[i] != valueOf(1 - r, 1, 1000 + i)) return 13;
+    // Both read before either deregisters.
+    if (ncclSignal(1 - r, 0, 0, 0, comm, nullptr) != ncclSuccess) return 14;
+    ncclWaitSignalDesc_t d = desc(1 - r, 1);
+    if (ncclWaitSignal(1, &d, comm, nullptr) != ncclSuccess) return 15;
+    ncclCommWindowDeregister(comm, win);
+    ncclCommDestroy(comm);
+    return 0;
+  });
+  CHECK(codes == std::vector<int>{0, 0});
+}
+
