@@ -72,6 +72,10 @@ class Server {
         if (!survivable(s, ps_)) return s;
         if (std::find(live.begin(), live.end(), m->from) != live.end()) drop(m->from);
       }
+      // The wait takes the first ready peer in order: the one just served
+      // goes last, so a busy replica cannot keep the others waiting.
+      auto served = std::find(live.begin(), live.end(), m->from);
+      if (served != live.end()) std::rotate(served, served + 1, live.end());
     }
     PLAIT_RETURN_IF_ERROR(gather());
     return report_;
