@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Downpour SGD, Sandblaster L-BFGS and synchronous DDP on the same model and data.
 
 Every configuration is a plait-train job under plait-run (ranks are processes),
@@ -25,6 +25,7 @@ algorithms (see the README's caveat).
 
 usage: parameter_server.py [--build build-host] [--repeats 3] [--steps 160]
                            [--iterations 16] [--out perf/training/parameter_server.md]
+                           [--plot perf/training/parameter_server.png]
 """
 import argparse
 import os
@@ -77,6 +78,32 @@ def run(a, ranks, extra, steps):
     return r
 
 
+def plot(path, cfgs, results):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (by_samples, by_time) = plt.subplots(1, 2, figsize=(13, 5))
+    for name, _, _, _ in cfgs:
+        points = []
+        for frac in (4, 2, 1):
+            runs = results[(name, frac)]
+            points.append((runs[-1]["samples"], statistics.median(r["wall"] for r in runs),
+                           statistics.median(r["loss"] for r in runs)))
+        style = "--" if name.startswith(("lbfgs", "sandblaster")) else ":" if name.startswith("ddp") else "-"
+        by_samples.plot([p[0] for p in points], [p[2] for p in points], style, marker="o", label=name)
+        by_time.plot([p[1] for p in points], [p[2] for p in points], style, marker="o", label=name)
+    by_samples.set_xlabel("samples processed")
+    by_time.set_xlabel("wall time of the job (s, 2-core VM: oversubscribed beyond 2 ranks)")
+    for ax in (by_samples, by_time):
+        ax.set_ylabel("loss of the final parameters (256 samples)")
+        ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+    by_samples.legend(fontsize=7)
+    fig.suptitle("Downpour SGD, Sandblaster L-BFGS and synchronous DDP (plait-train, mlp 16-128x3-8)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default="build-host")
@@ -87,6 +114,7 @@ def main():
     p.add_argument("--full-batch", type=int, default=1024)
     p.add_argument("--slow-ms", type=float, default=5)
     p.add_argument("--out", default=None, help="also write the tables (markdown) here")
+    p.add_argument("--plot", default=None, help="also draw loss against samples and wall time here (PNG)")
     a = p.parse_args()
     cfgs = configs(a)
     results = {}  # (name, fraction) -> list of runs
@@ -106,6 +134,8 @@ def main():
                          f"{statistics.median(walls):.2f} ({min(walls):.2f}-{max(walls):.2f}) | "
                          f"{f'{stale[0]:.2f} / {stale[1]}' if stale else ''} | "
                          f"{' '.join(map(str, portions)) if portions else ''} |")
+    if a.plot:
+        plot(a.plot, cfgs, results)
     text = "\n".join(lines)
     print(text)
     if a.out:

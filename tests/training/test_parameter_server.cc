@@ -220,15 +220,22 @@ int processRank(int rank, int nranks, const ncclUniqueId& id, const std::functio
   return rc;
 }
 
-}  // namespace
-
-TEST_CASE("Downpour: a killed replica is dropped and the others finish", "[ps][process]") {
-  TrainConfig c = mlpConfig(4);
+// One server, two replicas, six steps; replica 1 dies before its third.
+PsConfig killedReplica(bool drop) {
   PsConfig ps;
   ps.servers = 1;
   ps.steps = 6;
   ps.killReplica = 1;
   ps.killStep = 2;
+  ps.dropDeadReplicas = drop;
+  return ps;
+}
+
+}  // namespace
+
+TEST_CASE("Downpour: a killed replica is dropped and the others finish", "[ps][process]") {
+  TrainConfig c = mlpConfig(4);
+  PsConfig ps = killedReplica(true);
   auto codes = plait_test::runProcesses(3, [&](int rank, const ncclUniqueId& id) {
     return processRank(rank, 3, id, [&](ncclComm_t comm) {
       auto r = runDownpour(c, ps, comm);
@@ -248,12 +255,7 @@ TEST_CASE("Downpour: a killed replica is dropped and the others finish", "[ps][p
 
 TEST_CASE("Downpour: a killed replica fails the servers when told to, naming it", "[ps][process]") {
   TrainConfig c = mlpConfig(4);
-  PsConfig ps;
-  ps.servers = 1;
-  ps.steps = 6;
-  ps.killReplica = 1;
-  ps.killStep = 2;
-  ps.dropDeadReplicas = false;
+  PsConfig ps = killedReplica(false);
   auto codes = plait_test::runProcesses(3, [&](int rank, const ncclUniqueId& id) {
     return processRank(rank, 3, id, [&](ncclComm_t comm) {
       auto r = runDownpour(c, ps, comm);

@@ -254,18 +254,13 @@ Status checkDownpour(const TrainConfig& c, const PsConfig& ps, int nranks) {
 }  // namespace
 
 Result<PsReport> runDownpour(const TrainConfig& config, const PsConfig& ps, ncclComm_t comm) {
-  int nranks = 0, rank = 0;
-  if (ncclCommCount(comm, &nranks) != ncclSuccess || ncclCommUserRank(comm, &rank) != ncclSuccess)
-    return invalidArgument(std::string("downpour: the communicator: ") + ncclGetLastError(comm));
-  PLAIT_RETURN_IF_ERROR(checkDownpour(config, ps, nranks));
-  const size_t total = FlatModel(config.model, config.seed).numel();
-  const int replicas = nranks - ps.servers;
-  if (total < size_t(ps.servers))
-    return invalidArgument(std::to_string(ps.servers) + " servers for " + std::to_string(total) + " parameters");
+  PLAIT_ASSIGN_OR_RETURN(JobShape job, jobShape(config.model, config.seed, ps.servers, comm, "downpour",
+                                                 [&](int n) { return checkDownpour(config, ps, n); }));
+  const size_t replicas = size_t(job.nranks - ps.servers), servers = size_t(ps.servers);
   // The largest shard, and the statistics a server sends server 0 with it.
-  const size_t capacity = (total + size_t(ps.servers) - 1) / size_t(ps.servers) + 3 * size_t(replicas) + kStalenessBins;
+  const size_t capacity = (job.params + servers - 1) / servers + 3 * replicas + kStalenessBins;
   PLAIT_ASSIGN_OR_RETURN(std::unique_ptr<Mailbox> box, Mailbox::open(comm, capacity));
-  if (rank < ps.servers) return Server(config, ps, *box).run();
+  if (job.rank < ps.servers) return Server(config, ps, *box).run();
   return Replica(config, ps, *box).run();
 }
 

@@ -16,4 +16,17 @@ Batch sliceBatch(const Batch& batch, int begin, int end) {
   return out;
 }
 
+Result<JobShape> jobShape(const ModelConfig& model, uint64_t seed, int servers, ncclComm_t comm,
+                          const std::string& algorithm, const std::function<Status(int nranks)>& check) {
+  JobShape job;
+  if (ncclCommCount(comm, &job.nranks) != ncclSuccess || ncclCommUserRank(comm, &job.rank) != ncclSuccess)
+    return invalidArgument(algorithm + ": the communicator: " + ncclGetLastError(comm));
+  PLAIT_RETURN_IF_ERROR(check(job.nranks));
+  job.params = FlatModel(model, seed).numel();
+  if (job.params < size_t(servers))
+    return invalidArgument(algorithm + ": " + std::to_string(servers) + " servers for " +
+                           std::to_string(job.params) + " parameters");
+  return job;
+}
+
 }  // namespace plait::training::ps

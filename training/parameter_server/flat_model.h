@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "nccl.h"
+#include "plait/status.hpp"
 #include "training/model.h"
 
 namespace plait::training::ps {
@@ -46,5 +50,15 @@ inline std::pair<size_t, size_t> shardRange(size_t n, int parts, int index) {
 
 // Rows [begin, end) of a batch's samples.
 Batch sliceBatch(const Batch& batch, int begin, int end);
+
+// What a run needs to know of its job: this rank, the ranks, the flat
+// parameter count. `check` judges the configuration against the rank count
+// first; then every server must get at least one parameter.
+struct JobShape {
+  int rank = 0, nranks = 0;
+  size_t params = 0;
+};
+Result<JobShape> jobShape(const ModelConfig& model, uint64_t seed, int servers, ncclComm_t comm,
+                          const std::string& algorithm, const std::function<Status(int nranks)>& check);
 
 }  // namespace plait::training::ps

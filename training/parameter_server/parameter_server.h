@@ -84,9 +84,9 @@ struct PsReport {
 inline constexpr int kStalenessBins = 64;
 
 // Every rank of comm (S servers + R ≥ 1 replicas; Sandblaster one more, the
-// coordinator). config.localBatch: a replica's mini-batch (Downpour); the
-// full batch of L-BFGS is config.localBatch × config.nranksData samples
-// (Sandblaster: set nranksData to 1 and localBatch to the batch).
+// coordinator). config.localBatch: a replica's mini-batch (Downpour), or
+// L-BFGS's full batch (Sandblaster: the first localBatch samples of the
+// sampler's step 0).
 Result<PsReport> runDownpour(const TrainConfig& config, const PsConfig& ps, ncclComm_t comm);
 Result<PsReport> runSandblaster(const TrainConfig& config, const PsConfig& ps, ncclComm_t comm);
 

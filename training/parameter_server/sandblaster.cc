@@ -448,17 +448,12 @@ Status checkSandblaster(const TrainConfig& c, const PsConfig& ps, int nranks) {
 }  // namespace
 
 Result<PsReport> runSandblaster(const TrainConfig& config, const PsConfig& ps, ncclComm_t comm) {
-  int nranks = 0, rank = 0;
-  if (ncclCommCount(comm, &nranks) != ncclSuccess || ncclCommUserRank(comm, &rank) != ncclSuccess)
-    return invalidArgument(std::string("sandblaster: the communicator: ") + ncclGetLastError(comm));
-  PLAIT_RETURN_IF_ERROR(checkSandblaster(config, ps, nranks));
-  const size_t total = FlatModel(config.model, config.seed).numel();
-  if (total < size_t(ps.servers))
-    return invalidArgument(std::to_string(ps.servers) + " servers for " + std::to_string(total) + " parameters");
-  PLAIT_ASSIGN_OR_RETURN(std::unique_ptr<Mailbox> box,
-                         Mailbox::open(comm, (total + size_t(ps.servers) - 1) / size_t(ps.servers)));
-  if (rank == 0) return Coordinator(config, ps, *box).run();
-  if (rank <= ps.servers) return Server(config, ps, *box).run();
+  PLAIT_ASSIGN_OR_RETURN(JobShape job, jobShape(config.model, config.seed, ps.servers, comm, "sandblaster",
+                                                 [&](int n) { return checkSandblaster(config, ps, n); }));
+  const size_t servers = size_t(ps.servers);
+  PLAIT_ASSIGN_OR_RETURN(std::unique_ptr<Mailbox> box, Mailbox::open(comm, (job.params + servers - 1) / servers));
+  if (job.rank == 0) return Coordinator(config, ps, *box).run();
+  if (job.rank <= ps.servers) return Server(config, ps, *box).run();
   return Replica(config, ps, *box).run();
 }
 
