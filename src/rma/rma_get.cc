@@ -49,6 +49,7 @@ Status Service::getLocal(int peer, uint64_t window, uint64_t offset, void* dst, 
   } else {
     err = cmaRead(pids_[peer], dst, base + offset, bytes);
   }
+  releaseToOwner(peer, &w.writers);
   w.writers.fetch_sub(1, std::memory_order_release);
   if (err != 0)
     return remoteError("reading " + peerNames_[peer] + "'s window: " + cmaErrorText(pids_[peer], err));

@@ -53,6 +53,7 @@ Result<std::unique_ptr<Service>> Service::create(const ServiceSetup& setup, Dead
   setup.windows->attach(&s->page_);
   s->peerPages_.resize(setup.nranks);
   s->pids_.assign(setup.nranks, 0);
+  s->peerPageHome_.assign(setup.nranks, 0);
   s->local_.assign(setup.nranks, 0);
   if (setup.nranks > 1) {
     PLAIT_ASSIGN_OR_RETURN(NetChoice choice, chooseNet());

@@ -158,6 +158,11 @@ class Service {
   // rank's puts to it go through its page (rma_local.cc).
   Status connectLocal(const ServiceSetup& setup, Deadline deadline);
   Status putLocal(int peer, uint64_t window, uint64_t offset, const void* src, uint64_t bytes, bool signal);
+  // ThreadSanitizer only (a no-op otherwise): a peer thread's page is mapped
+  // here at another address than the one its owner reads, so TSan cannot
+  // see the release this rank's atomic on it makes; tell it, at the owner's
+  // address of `inPeerPage` (a field of the peer's page as mapped here).
+  void releaseToOwner(int peer, const void* inPeerPage) const;
   uint64_t received(int peer) const { return page_.signal(peer).count.load(std::memory_order_acquire); }
   bool anyRemote(const std::vector<SignalWait>& waits) const;
   Status allocate(Slots& s, void* comm);
@@ -206,6 +211,7 @@ class Service {
   Page page_;                                     // this rank's: signal counts, waiters' futex, windows
   std::vector<Page> peerPages_;                   // [peer] a local peer's page (valid where local_)
   std::vector<int> pids_;                         // [peer] its process (cross-memory writes)
+  std::vector<uint64_t> peerPageHome_;            // [peer] its page's address in its own process
   std::vector<char> local_;                       // [peer] 1: puts go through its page (same host, reachable)
   std::unique_ptr<std::atomic<bool>[]> goodbyeAcked_;  // [peer] landed all this rank sent (closing)
   std::vector<uint64_t> consumed_;                // [peer] signals waits took (waiters' lock)
