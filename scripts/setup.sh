@@ -8,6 +8,7 @@ PACKAGES=(
   libpugixml-dev nlohmann-json3-dev libcli11-dev  # topology XML, tools' JSON and flags
   libhwloc-dev libucx-dev libibverbs-dev      # topology detection, network transports
   openmpi-bin libopenmpi-dev libgloo-dev      # launchers and the peers we compare with
+  mpich libmpich-dev                          # a second MPI peer (Open MPI stays the default mpirun)
   python3 python3-matplotlib graphviz         # perf/compare plots, topology pictures
   python3-pip                                 # NVIDIA's newest NCCL headers from PyPI (tests/abi)
   iproute2 nftables iperf3 procps             # multi-node tests in network namespaces

@@ -1,6 +1,7 @@
-// perf/mpi/mpi_coll_perf.cc — Open MPI's collectives measured the way the
-// *_perf tools measure Plait's: same sizes, same table, same busbw formulas,
-// so perf/compare can put them side by side.
+// perf/mpi/mpi_coll_perf.cc — an MPI library's collectives (Open MPI as
+// mpi_coll_perf, MPICH as mpich_coll_perf) measured the way the *_perf tools
+// measure Plait's: same sizes, same table, same busbw formulas, so
+// perf/compare can put them side by side.
 //
 //   mpirun -np N mpi_coll_perf -c allreduce|allgather|reduce_scatter|broadcast|
 //                                 reduce|alltoall|gather|scatter
@@ -147,7 +148,12 @@ void printHeader(const Options& o, int n) {
   gethostname(host, sizeof host - 1);
   std::printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d "
               "agg iters: 1 validation: %d graph: 0\n", o.minBytes, o.maxBytes, o.factor, o.warmup, o.iters, o.check);
-  std::printf("# Open MPI %s: %d ranks, float32 sum, time = mean across ranks\n", o.name.c_str(), n);
+  char library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(library, &length);
+  std::string first(library, static_cast<size_t>(std::max(0, length)));
+  first = first.substr(0, first.find_first_of("\n,"));
+  std::printf("# %s, %s: %d ranks, float32 sum, time = mean across ranks\n", first.c_str(), o.name.c_str(), n);
   std::printf("#\n# Using devices\n#  Rank  0 Group  0 Pid %6d on %10s device  0 [cpu] host memory\n",
               static_cast<int>(getpid()), host);
   plait::perf::printTableHeader(stdout);
