@@ -115,6 +115,7 @@ Status Service::getRemote(int peer, uint64_t window, uint64_t offset, void* dst,
   };
   std::function<Status()> blocked = [&]() -> Status {
     PLAIT_RETURN_IF_ERROR(aborted());
+    if (ready()) return Status::ok();  // answered in full before the peer closed (in order on its connection)
     std::lock_guard<std::mutex> lock(waitMu_);
     if (!failures_[peer].empty())
       return remoteError("a get of " + std::to_string(bytes) + " bytes from " + peerNames_[peer] +
