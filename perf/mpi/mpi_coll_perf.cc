@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "../common/peer_reference.h"
+#include "../common/peer_args.h"
 #include "perf_table.h"
 
 namespace {
@@ -33,13 +33,7 @@ using plait::perf::TableRow;
 
 using namespace plait::perf::peer;
 
-struct Options {
-  Coll coll = Coll::kAllReduce;
-  std::string name = "AllReduce";
-  size_t minBytes = 8, maxBytes = 32u << 20;
-  double factor = 2;
-  int iters = 20, warmup = 1, check = 1, root = 0;
-};
+using Options = PeerOptions;
 
 // One call; in-place uses MPI_IN_PLACE with the input already in `recv`.
 void runOnce(const Options& o, float* send, float* recv, Counts k, bool inPlace, int rank) {
@@ -109,54 +103,12 @@ Measurement measure(const Options& o, float* send, float* recv, Counts k, bool i
   return plait::perf::makeMeasurement(bytes, sum / n, plait::perf::busFactorFor(o.name, n), wrong);
 }
 
-// "64", "8K", "1M", "2G" (powers of 1024).
-bool parseArgs(int argc, char** argv, Options* o) {
-  const struct {
-    const char* flag;
-    Coll coll;
-    const char* name;
-  } colls[] = {{"allreduce", Coll::kAllReduce, "AllReduce"},       {"allgather", Coll::kAllGather, "AllGather"},
-               {"reduce_scatter", Coll::kReduceScatter, "ReduceScatter"}, {"broadcast", Coll::kBroadcast, "Broadcast"},
-               {"reduce", Coll::kReduce, "Reduce"},                {"alltoall", Coll::kAlltoAll, "AlltoAll"},
-               {"gather", Coll::kGather, "Gather"},                {"scatter", Coll::kScatter, "Scatter"}};
-  int c;
-  while ((c = getopt(argc, argv, "c:b:e:f:n:w:k:r:")) != -1) {
-    switch (c) {
-      case 'c': {
-        bool found = false;
-        for (const auto& e : colls) {
-          if (std::strcmp(optarg, e.flag) == 0) { o->coll = e.coll; o->name = e.name; found = true; }
-        }
-        if (!found) return false;
-        break;
-      }
-      case 'b': o->minBytes = plait::perf::peer::parseBytes(optarg); break;
-      case 'e': o->maxBytes = plait::perf::peer::parseBytes(optarg); break;
-      case 'f': o->factor = std::strtod(optarg, nullptr); break;
-      case 'n': o->iters = std::atoi(optarg); break;
-      case 'w': o->warmup = std::atoi(optarg); break;
-      case 'k': o->check = std::atoi(optarg); break;
-      case 'r': o->root = std::atoi(optarg); break;
-      default: return false;
-    }
-  }
-  return o->factor > 1;
-}
-
-void printHeader(const Options& o, int n) {
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  std::printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d "
-              "agg iters: 1 validation: %d graph: 0\n", o.minBytes, o.maxBytes, o.factor, o.warmup, o.iters, o.check);
+std::string libraryName() {
   char library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int length = 0;
   MPI_Get_library_version(library, &length);
   std::string first(library, static_cast<size_t>(std::max(0, length)));
-  first = first.substr(0, first.find_first_of("\n,"));
-  std::printf("# %s, %s: %d ranks, float32 sum, time = mean across ranks\n", first.c_str(), o.name.c_str(), n);
-  std::printf("#\n# Using devices\n#  Rank  0 Group  0 Pid %6d on %10s device  0 [cpu] host memory\n",
-              static_cast<int>(getpid()), host);
-  plait::perf::printTableHeader(stdout);
+  return first.substr(0, first.find_first_of("\n,"));
 }
 
 }  // namespace
@@ -167,7 +119,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   Options o;
-  if (!parseArgs(argc, argv, &o) || o.root >= n) {
+  if (!parsePeerArgs(argc, argv, ~0u, &o) || o.root >= n) {
     if (rank == 0) std::fprintf(stderr, "usage: %s -c <collective> [-b] [-e] [-f >1] [-n] [-w] [-k check] [-r root]\n", argv[0]);
     MPI_Finalize();
     return 1;
@@ -175,7 +127,7 @@ int main(int argc, char** argv) {
   Counts big = countsFor(o.coll, o.maxBytes / sizeof(float), n);
   std::vector<float> send(std::max<size_t>(1, std::max(big.send, big.recv)));
   std::vector<float> recv(send.size());
-  if (rank == 0) printHeader(o, n);
+  if (rank == 0) printPeerHeader(o, n, libraryName());
   long long wrongTotal = 0;
   double busSum = 0;
   int busCount = 0;

@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "../common/peer_reference.h"
+#include "../common/peer_args.h"
 #include "perf_table.h"
 
 namespace {
@@ -37,13 +37,7 @@ using plait::perf::TableRow;
 using namespace plait::perf::peer;
 using Clock = std::chrono::steady_clock;
 
-struct Options {
-  Coll coll = Coll::kAllReduce;
-  std::string name = "AllReduce";
-  size_t minBytes = 8, maxBytes = 32u << 20;
-  double factor = 2;
-  int iters = 20, warmup = 1, check = 1, root = 0;
-};
+using Options = PeerOptions;
 
 int envInt(std::initializer_list<const char*> names, int fallback) {
   for (const char* n : names)
@@ -114,50 +108,14 @@ Measurement measure(const Options& o, float* send, float* recv, Counts k, int ra
   return plait::perf::makeMeasurement(bytes, sumOver(us, comm) / n, plait::perf::busFactorFor(o.name, n), wrong);
 }
 
-bool parseArgs(int argc, char** argv, Options* o) {
-  const struct {
-    const char* flag;
-    Coll coll;
-    const char* name;
-  } colls[] = {{"allreduce", Coll::kAllReduce, "AllReduce"}, {"allgather", Coll::kAllGather, "AllGather"},
-               {"reduce_scatter", Coll::kReduceScatter, "ReduceScatter"},
-               {"broadcast", Coll::kBroadcast, "Broadcast"}, {"reduce", Coll::kReduce, "Reduce"},
-               {"alltoall", Coll::kAlltoAll, "AlltoAll"}};
-  int c;
-  while ((c = getopt(argc, argv, "c:b:e:f:n:w:k:r:")) != -1) {
-    switch (c) {
-      case 'c': {
-        bool found = false;
-        for (const auto& e : colls)
-          if (std::strcmp(optarg, e.flag) == 0) o->coll = e.coll, o->name = e.name, found = true;
-        if (!found) return false;
-        break;
-      }
-      case 'b': o->minBytes = parseBytes(optarg); break;
-      case 'e': o->maxBytes = parseBytes(optarg); break;
-      case 'f': o->factor = std::strtod(optarg, nullptr); break;
-      case 'n': o->iters = std::atoi(optarg); break;
-      case 'w': o->warmup = std::atoi(optarg); break;
-      case 'k': o->check = std::atoi(optarg); break;
-      case 'r': o->root = std::atoi(optarg); break;
-      default: return false;
-    }
-  }
-  return o->factor > 1;
-}
+// oneCCL has no Gather or Scatter.
+constexpr unsigned kCollectives = ~((1u << static_cast<unsigned>(Coll::kGather)) |
+                                    (1u << static_cast<unsigned>(Coll::kScatter)));
 
-void printHeader(const Options& o, int n) {
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  std::printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d "
-              "agg iters: 1 validation: %d graph: 0\n", o.minBytes, o.maxBytes, o.factor, o.warmup, o.iters, o.check);
+std::string libraryName() {
   const ccl::library_version v = ccl::get_library_version();
   const char* transport = std::getenv("CCL_ATL_TRANSPORT");
-  std::printf("# oneCCL %s, transport %s, %s: %d ranks, float32 sum, time = mean across ranks\n", v.full,
-              transport ? transport : "default", o.name.c_str(), n);
-  std::printf("#\n# Using devices\n#  Rank  0 Group  0 Pid %6d on %10s device  0 [cpu] host memory\n",
-              static_cast<int>(getpid()), host);
-  plait::perf::printTableHeader(stdout);
+  return std::string("oneCCL ") + v.full + ", transport " + (transport ? transport : "default");
 }
 
 }  // namespace
@@ -166,7 +124,7 @@ int main(int argc, char** argv) {
   const int rank = envInt({"PLAIT_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK"}, -1);
   const int n = envInt({"PLAIT_NRANKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"}, -1);
   Options o;
-  if (rank < 0 || n < 1 || !parseArgs(argc, argv, &o) || o.root >= n) {
+  if (rank < 0 || n < 1 || !parsePeerArgs(argc, argv, kCollectives, &o) || o.root >= n) {
     if (rank <= 0)
       std::fprintf(stderr, "usage (under plait-run or mpirun): %s -c <collective> [-b] [-e] [-f >1] [-n] [-w] [-k] [-r]\n",
                    argv[0]);
@@ -178,7 +136,7 @@ int main(int argc, char** argv) {
   if (rank == 0) std::remove(("/tmp/oneccl_coll_perf.kvs." + std::to_string(getppid())).c_str());
   Counts big = countsFor(o.coll, o.maxBytes / sizeof(float), n);
   std::vector<float> send(std::max<size_t>(1, std::max(big.send, big.recv))), recv(send.size());
-  if (rank == 0) printHeader(o, n);
+  if (rank == 0) printPeerHeader(o, n, libraryName());
   long long wrongTotal = 0;
   double busSum = 0;
   int busCount = 0;
