@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -71,6 +72,34 @@ inline void printPeerHeader(const PeerOptions& o, int n, const std::string& libr
   std::printf("#\n# Using devices\n#  Rank  0 Group  0 Pid %6d on %10s device  0 [cpu] host memory\n",
               static_cast<int>(getpid()), host);
   printTableHeader(stdout);
+}
+
+// The size sweep: measure(k, &row) fills one size's row (out-of-place,
+// in-place or both); rank 0 prints it, then the footer. Returns #wrong in all.
+template <typename Measure>
+long long runPeerSweep(const PeerOptions& o, int n, int rank, Measure&& measure) {
+  long long wrongTotal = 0;
+  double busSum = 0;
+  int busCount = 0;
+  for (size_t bytes = o.minBytes; bytes <= o.maxBytes; bytes = static_cast<size_t>(bytes * o.factor)) {
+    Counts k = countsFor(o.coll, bytes / sizeof(float), n);
+    TableRow row{std::max(k.send, k.recv) * sizeof(float), std::max(k.send, k.recv), "float",
+                 isReduction(o.coll) ? "sum" : "none", isRooted(o.coll) ? o.root : -1, {}, {}};
+    measure(k, &row);
+    for (const Measurement* m : {&row.outOfPlace, &row.inPlace}) {
+      if (!m->present) continue;
+      wrongTotal += std::max(0LL, m->wrong);
+      busSum += m->busBw;
+      ++busCount;
+    }
+    if (rank == 0) {
+      std::printf("%s\n", formatRow(row).c_str());
+      std::fflush(stdout);
+    }
+    if (bytes == 0) break;
+  }
+  if (rank == 0) printFooter(stdout, wrongTotal, busCount ? busSum / busCount : 0);
+  return wrongTotal;
 }
 
 }  // namespace plait::perf::peer

@@ -128,28 +128,10 @@ int main(int argc, char** argv) {
   std::vector<float> send(std::max<size_t>(1, std::max(big.send, big.recv)));
   std::vector<float> recv(send.size());
   if (rank == 0) printPeerHeader(o, n, libraryName());
-  long long wrongTotal = 0;
-  double busSum = 0;
-  int busCount = 0;
-  for (size_t bytes = o.minBytes; bytes <= o.maxBytes; bytes = static_cast<size_t>(bytes * o.factor)) {
-    Counts k = countsFor(o.coll, bytes / sizeof(float), n);
-    TableRow row{std::max(k.send, k.recv) * sizeof(float), std::max(k.send, k.recv), "float",
-                 isReduction(o.coll) ? "sum" : "none", isRooted(o.coll) ? o.root : -1, {}, {}};
-    if (o.coll != Coll::kBroadcast) row.outOfPlace = measure(o, send.data(), recv.data(), k, false, rank, n);
-    row.inPlace = measure(o, send.data(), recv.data(), k, true, rank, n);
-    for (const Measurement* m : {&row.outOfPlace, &row.inPlace}) {
-      if (!m->present) continue;
-      wrongTotal += std::max(0LL, m->wrong);
-      busSum += m->busBw;
-      ++busCount;
-    }
-    if (rank == 0) {
-      std::printf("%s\n", plait::perf::formatRow(row).c_str());
-      std::fflush(stdout);
-    }
-    if (bytes == 0) break;
-  }
-  if (rank == 0) plait::perf::printFooter(stdout, wrongTotal, busCount ? busSum / busCount : 0);
+  const long long wrongTotal = runPeerSweep(o, n, rank, [&](Counts k, TableRow* row) {
+    if (o.coll != Coll::kBroadcast) row->outOfPlace = measure(o, send.data(), recv.data(), k, false, rank, n);
+    row->inPlace = measure(o, send.data(), recv.data(), k, true, rank, n);
+  });
   MPI_Finalize();
   return wrongTotal == 0 ? 0 : 1;
 }

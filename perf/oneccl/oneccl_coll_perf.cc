@@ -137,24 +137,9 @@ int main(int argc, char** argv) {
   Counts big = countsFor(o.coll, o.maxBytes / sizeof(float), n);
   std::vector<float> send(std::max<size_t>(1, std::max(big.send, big.recv))), recv(send.size());
   if (rank == 0) printPeerHeader(o, n, libraryName());
-  long long wrongTotal = 0;
-  double busSum = 0;
-  int busCount = 0;
-  for (size_t bytes = o.minBytes; bytes <= o.maxBytes; bytes = static_cast<size_t>(bytes * o.factor)) {
-    Counts k = countsFor(o.coll, bytes / sizeof(float), n);
-    TableRow row{std::max(k.send, k.recv) * sizeof(float), std::max(k.send, k.recv), "float",
-                 isReduction(o.coll) ? "sum" : "none", isRooted(o.coll) ? o.root : -1, {}, {}};
-    Measurement m = measure(o, send.data(), recv.data(), k, rank, n, comm);
-    (o.coll == Coll::kBroadcast ? row.inPlace : row.outOfPlace) = m;
-    wrongTotal += std::max(0LL, m.wrong);
-    busSum += m.busBw;
-    ++busCount;
-    if (rank == 0) {
-      std::printf("%s\n", plait::perf::formatRow(row).c_str());
-      std::fflush(stdout);
-    }
-    if (bytes == 0) break;
-  }
-  if (rank == 0) plait::perf::printFooter(stdout, wrongTotal, busCount ? busSum / busCount : 0);
+  const long long wrongTotal = runPeerSweep(o, n, rank, [&](Counts k, TableRow* row) {
+    // Broadcast has one buffer: its column is the in-place one.
+    (o.coll == Coll::kBroadcast ? row->inPlace : row->outOfPlace) = measure(o, send.data(), recv.data(), k, rank, n, comm);
+  });
   return wrongTotal == 0 ? 0 : 1;
 }
