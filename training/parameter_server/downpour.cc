@@ -42,7 +42,6 @@ class Server {
     FlatModel init(c.model, c.seed);
     total_ = init.numel();
     auto [b, e] = shardRange(total_, ps.servers, index_);
-    begin_ = b;
     w_.assign(init.weights().begin() + ptrdiff_t(b), init.weights().begin() + ptrdiff_t(e));
     state_.assign(w_.size() * size_t(opt_.stateFloats()), 0.0f);
     report_.role = "server";
@@ -147,7 +146,7 @@ class Server {
   Mailbox& box_;
   int index_, replicas_;
   Optimizer opt_;
-  size_t total_ = 0, begin_ = 0;
+  size_t total_ = 0;
   std::vector<float> w_, state_;
   int64_t version_ = 0;
   PsReport report_;
