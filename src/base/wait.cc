@@ -21,6 +21,8 @@ namespace plait {
 PLAIT_PARAM_INT(kWaitSpin, "WAIT_SPIN", 1000,
                 "pause-instruction polls before a waiting rank starts yielding (ignored when oversubscribed)");
 PLAIT_PARAM_INT(kWaitYield, "WAIT_YIELD", 64, "sched_yield polls before a waiting rank sleeps on a futex");
+PLAIT_PARAM_INT(kWaitSpinDedicatedUs, "WAIT_SPIN_DEDICATED_US", 2000,
+                "microseconds a rank on a core of its own spins before it sleeps on a futex (no yielding)");
 
 namespace {
 
@@ -82,6 +84,20 @@ bool spinPhase(bool (*ready)(void*), void* arg, const WaitContext& ctx, int64_t 
     }
   }
   return false;
+}
+
+// Phase 1 on a dedicated core: spin for up to `ns`. True once ready.
+bool timedSpinPhase(bool (*ready)(void*), void* arg, const WaitContext& ctx, int64_t ns, uint64_t startNs,
+                    Status* stop) {
+  const uint64_t until = startNs + static_cast<uint64_t>(ns);
+  for (int64_t i = 1;; ++i) {
+    cpuPause();
+    if (ready(arg)) return true;
+    if (i % kSpinCheckEvery == 0) {
+      *stop = checkStop(ctx, startNs);
+      if (!stop->isOk() || nowNs() >= until) return false;
+    }
+  }
 }
 
 // Phase 2: bounded yielding. True once ready.
@@ -146,10 +162,15 @@ Status waitSlow(bool (*ready)(void*), void* readyArg, std::atomic<uint32_t>* fut
   }
   const WaitContext& c = ctx.waitTimeoutMs >= 0 ? bounded : ctx;
   Status stop;
-  if (!c.oversubscribed && spinPhase(ready, readyArg, c, kWaitSpin.get(), startNs, &stop)) return Status::ok();
-  if (!stop.isOk()) return ready(readyArg) ? Status::ok() : stop;
-  if (yieldPhase(ready, readyArg, c, kWaitYield.get(), startNs, &stop)) return Status::ok();
-  if (!stop.isOk()) return ready(readyArg) ? Status::ok() : stop;
+  if (c.dedicatedCore && !c.oversubscribed) {
+    if (timedSpinPhase(ready, readyArg, c, kWaitSpinDedicatedUs.get() * 1000, startNs, &stop)) return Status::ok();
+    if (!stop.isOk()) return ready(readyArg) ? Status::ok() : stop;
+  } else {
+    if (!c.oversubscribed && spinPhase(ready, readyArg, c, kWaitSpin.get(), startNs, &stop)) return Status::ok();
+    if (!stop.isOk()) return ready(readyArg) ? Status::ok() : stop;
+    if (yieldPhase(ready, readyArg, c, kWaitYield.get(), startNs, &stop)) return Status::ok();
+    if (!stop.isOk()) return ready(readyArg) ? Status::ok() : stop;
+  }
   Status s = sleepPhase(ready, readyArg, futexWord, sleepers, c, startNs);
   if (!s.isOk()) PLAIT_INFO(kShm, "wait failed: %s", s.toString().c_str());
   return s;

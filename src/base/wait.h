@@ -25,7 +25,10 @@
 // 20-110 us depending on the CPU's pause latency, longer than a normal step
 // hand-off, shorter than a scheduler slice) and PLAIT_WAIT_YIELD (sched_yield
 // calls before sleeping, default 64: about as long again when the core is idle,
-// and bounded when it is not).
+// and bounded when it is not). A rank on a core no other local rank may use
+// (WaitContext::dedicatedCore) spins for PLAIT_WAIT_SPIN_DEDICATED_US
+// (default 2000) and then sleeps, without yielding: like an MPI rank bound to
+// its core, it keeps the core when a competing process wants it.
 #pragma once
 
 #include <atomic>
@@ -50,6 +53,11 @@ struct WaitContext {
   int peerPid = -1;      // checked about every 100 ms in the sleeping phase; dead -> kRemoteError
   int peerRank = -1;     // for messages
   bool oversubscribed = false;  // more local ranks than cores: never spin, go straight to yield/futex
+  // The peer runs on CPUs this rank may not use, and no helper thread of
+  // this rank needs this rank's CPU to make the awaited progress: spin for
+  // up to PLAIT_WAIT_SPIN_DEDICATED_US, then sleep, never yield (a yield
+  // hands a competing process a whole scheduler slice).
+  bool dedicatedCore = false;
   const char* what = "";  // e.g. "allreduce recv from rank 3", for messages
   // Why the other end of a connector went away, when it knows better than
   // "aborted" (a network proxy: "connection to 10.0.0.2:41000 closed by the

@@ -458,6 +458,7 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::create(const ncclUniqueId& id, int
   hello.info.rank = rank;
   hello.info.hostHash = hostHash();
   hello.info.pid = static_cast<int>(::getpid());
+  hello.info.cpus = currentCpuMask();
   ::gethostname(hello.info.hostname, sizeof(hello.info.hostname) - 1);
   hello.info.listenAddr = bs->listener_.localAddress();
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/cpu_mask.h"
 #include "base/greeting_gate.h"
 #include "base/socket.h"
 #include "nccl.h"
@@ -77,6 +78,7 @@ struct PeerInfo {
   uint64_t hostHash = 0;
   int pid = 0;
   char hostname[64] = {0};
+  CpuMask cpus;  // the joining thread's affinity (the wait policy, base/cpu_mask.h)
   net::SocketAddress listenAddr;  // where this rank accepts bootstrap connections
 };
 

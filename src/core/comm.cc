@@ -201,8 +201,23 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
     so.p2p = FifoShape{4, 16 << 10};
   }
   so.abortFlag = &abortFlag_;
-  so.oversubscribed = hostOversubscribed(static_cast<int>(so.localRanks.size()));
+  {
+    std::vector<CpuMask> masks;
+    bool remotePeers = false;
+    for (int r = 0; r < nranks_; ++r) remotePeers |= bootstrap_->peer(r).hostHash != bootstrap_->peer(rank_).hostHash;
+    for (int r : so.localRanks) masks.push_back(bootstrap_->peer(r).cpus);
+    const LocalCpus lc = assessLocalCpus(masks);
+    so.localCpus = lc.cpus;
+    so.oversubscribed = lc.cpus > 0 ? lc.oversubscribed : hostOversubscribed(static_cast<int>(so.localRanks.size()));
+    // A rank with network peers has a proxy thread that must run beside it:
+    // spinning on a one-CPU mask would starve it.
+    so.dedicatedCores = lc.dedicated && (!remotePeers || lc.minCpusPerRank >= 2);
+    PLAIT_INFO(kInit, "local ranks %zu on %d CPUs: %s%s", so.localRanks.size(), lc.cpus,
+               so.oversubscribed ? "oversubscribed" : "not oversubscribed",
+               so.dedicatedCores ? ", a core each (waits spin)" : "");
+  }
   oversubscribed_ = so.oversubscribed;
+  dedicatedCores_ = so.dedicatedCores;
   pids_ = so.pids;
   so.waitTimeoutMs = timeoutMs_;
   BootstrapOob oob(*bootstrap_);
@@ -220,6 +235,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   PLAIT_ASSIGN_OR_RETURN(cma_, probeCma(*bootstrap_, so.localRanks, deadline));
   PLAIT_ASSIGN_OR_RETURN(direct_, DirectPath::create(oob, shm_.get(), deadline));
   deviceHostOptions_ = so;
+  deviceHostOptions_.dedicatedCores = false;  // the device path's host threads share the rank's CPUs
   hostOf_ = hostOf;
   PLAIT_RETURN_IF_ERROR(connectDevice(oob, so, hostOf, deadline));
 

@@ -414,6 +414,7 @@ Status Communicator::runP2p(const std::vector<Task>& tasks) {
   base.abortFlag = &abortFlag_;
   base.waitTimeoutMs = timeoutMs_;
   base.oversubscribed = oversubscribed_;
+  base.dedicatedCore = dedicatedCores_;  // only set without network peers or with CPUs to spare
   return batch.run(base);
 }
 

@@ -1,8 +1,9 @@
 // plait-run end to end, with launch_helper as the ranks: environment, exit
 // codes and messages, prompt cleanup, --timeout, --tag-output, signal
-// forwarding and PDEATHSIG.
+// forwarding, PDEATHSIG and --bind-to.
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +20,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "core_binding.h"
 
 namespace {
 
@@ -282,4 +285,71 @@ TEST_CASE("--hosts accepts only this host for now", "[plait-run]") {
   Finished remote = runLauncher({"-n", "2", "--hosts", "localhost,node7", "true"});
   CHECK(remote.exitCode != 0);
   CHECK_THAT(remote.err, Catch::Contains("'node7'") && Catch::Contains("not supported yet"));
+}
+
+namespace {
+
+// Each rank's "Cpus_allowed_list" from /proc/self/status, by rank.
+std::map<int, std::string> allowedCpus(const std::vector<std::string>& launcherArgs) {
+  std::vector<std::string> args = launcherArgs;
+  args.insert(args.end(), {"--tag-output", "--", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"});
+  Finished run = runLauncher(args);
+  INFO(run.err);
+  REQUIRE(run.exitCode == 0);
+  std::map<int, std::string> cpus;
+  std::regex line(R"(\[([0-9]+)\] Cpus_allowed_list:\s*(\S+)\n)");
+  for (auto it = std::sregex_iterator(run.out.begin(), run.out.end(), line); it != std::sregex_iterator(); ++it)
+    cpus[std::stoi((*it)[1])] = (*it)[2];
+  return cpus;
+}
+
+std::string ownAllowedCpus() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("Cpus_allowed_list:", 0) == 0) return line.substr(line.find_first_not_of(" \t", 18));
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("--bind-to core gives each rank a CPU of its own while there are enough", "[plait-run]") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  const int ncpus = CPU_COUNT(&set);
+  const int n = std::min(ncpus, 4);
+  auto bound = allowedCpus({"-n", std::to_string(n)});  // the default
+  REQUIRE(bound.size() == size_t(n));
+  std::set<std::string> distinct;
+  for (auto& [rank, cpus] : bound) {
+    INFO("rank " << rank << ": " << cpus);
+    CHECK(cpus.find_first_not_of("0123456789") == std::string::npos);  // one CPU
+    REQUIRE_FALSE(cpus.empty());
+    CHECK(CPU_ISSET(std::stoi(cpus), &set));
+    distinct.insert(cpus);
+  }
+  CHECK(distinct.size() == size_t(n));
+  // More ranks than CPUs, or --bind-to none: the launcher's own set.
+  const std::string all = ownAllowedCpus();
+  for (auto& [rank, cpus] : allowedCpus({"-n", std::to_string(ncpus + 1)})) CHECK(cpus == all);
+  for (auto& [rank, cpus] : allowedCpus({"-n", "2", "--bind-to", "none"})) CHECK(cpus == all);
+  Finished report = runLauncher({"-n", std::to_string(ncpus + 1), "--report-bindings", "true"});
+  CHECK_THAT(report.err, Catch::Contains("not bound: " + std::to_string(ncpus + 1) + " ranks on " +
+                                         std::to_string(ncpus) + " CPUs"));
+  CHECK(runLauncher({"-n", "1", "--bind-to", "socket", "true"}).exitCode != 0);
+}
+
+TEST_CASE("binding order: one thread of every core first, package by package", "[plait-run]") {
+  using plait::run::CpuInfo;
+  // Two packages of two cores with two threads each, numbered as Linux
+  // often does: the second threads after all the first ones.
+  std::vector<CpuInfo> cpus{{0, 0, 0}, {1, 0, 1}, {2, 1, 0}, {3, 1, 1}, {4, 0, 0}, {5, 0, 1}, {6, 1, 0}, {7, 1, 1}};
+  CHECK(plait::run::bindingOrder(cpus) == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
+  // Siblings numbered next to each other: 0/1 share a core, 2/3 too.
+  cpus = {{0, 0, 0}, {1, 0, 0}, {2, 0, 1}, {3, 0, 1}};
+  CHECK(plait::run::bindingOrder(cpus) == std::vector<int>{0, 2, 1, 3});
+  // A restricted affinity: only what is allowed, in the same order.
+  cpus = {{3, 0, 1}, {1, 0, 0}};
+  CHECK(plait::run::bindingOrder(cpus) == std::vector<int>{1, 3});
 }

@@ -1,5 +1,6 @@
 // The waiting policy (base/wait.h): fast path, wake-ups through every phase,
 // deadlines, the abort flag and a dead peer process.
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "base/config.h"
+#include "base/cpu_mask.h"
 #include "wait_test_util.h"
 #include "base/wait.h"
 
@@ -59,6 +61,10 @@ TEST_CASE("ping-pong through spin, yield and futex phases", "[wait]") {
   SECTION("oversubscribed: no spinning") {
     ctx.oversubscribed = true;
     pingPong(ctx, 5000);
+  }
+  SECTION("dedicated cores: spin, then sleep, never yield") {
+    ctx.dedicatedCore = true;
+    pingPong(ctx, 20000);
   }
   SECTION("futex only: no lost wake-ups") {
     ScopedWaitTunables tunables("0", "0");
@@ -155,6 +161,90 @@ TEST_CASE("processAlive and hostOversubscribed", "[wait]") {
   CHECK(processAlive(-1));  // unknown: assume alive
   CHECK_FALSE(hostOversubscribed(1));
   CHECK(hostOversubscribed(1 << 20));
+}
+
+TEST_CASE("a dedicated-core wait spins for its budget, then sleeps and is woken", "[wait]") {
+  setenv("PLAIT_WAIT_SPIN_DEDICATED_US", "20000", 1);
+  config::resetAll();
+  std::atomic<uint32_t> word{0}, sleepers{0};
+  WaitContext ctx;
+  ctx.deadline = Deadline::afterMs(10000);
+  ctx.dedicatedCore = true;
+  Status result;
+  auto start = Clock::now();
+  std::thread waiter([&] {
+    result = waitUntil([&] { return word.load(std::memory_order_acquire) != 0; }, &word, &sleepers, ctx);
+  });
+  while (sleepers.load() == 0 && msSince(start) < 5000) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const double slept = msSince(start);
+  REQUIRE(sleepers.load() == 1);
+  CHECK(slept >= 19);  // not before the spin budget: no yield phase in between
+  word.store(1, std::memory_order_release);
+  wake(&word, &sleepers);
+  waiter.join();
+  CHECK(result.isOk());
+  unsetenv("PLAIT_WAIT_SPIN_DEDICATED_US");
+  config::resetAll();
+}
+
+TEST_CASE("a spinning dedicated-core wait sees the abort flag", "[wait]") {
+  setenv("PLAIT_WAIT_SPIN_DEDICATED_US", "10000000", 1);  // 10 s of spinning unless stopped
+  config::resetAll();
+  std::atomic<uint32_t> word{0}, sleepers{0}, abortFlag{0};
+  WaitContext ctx;
+  ctx.dedicatedCore = true;
+  ctx.abortFlag = &abortFlag;
+  ctx.what = "allgather";
+  Status result;
+  std::thread waiter([&] { result = waitUntil([] { return false; }, &word, &sleepers, ctx); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  CHECK(sleepers.load() == 0);  // still spinning: it has not announced a sleep
+  auto set = Clock::now();
+  abortFlag.store(1);
+  waiter.join();
+  CHECK(msSince(set) < 1000);
+  CHECK(result.message() == "aborted during allgather");
+  unsetenv("PLAIT_WAIT_SPIN_DEDICATED_US");
+  config::resetAll();
+}
+
+TEST_CASE("local CPU masks decide oversubscription and dedicated cores", "[wait]") {
+  auto mask = [](std::initializer_list<int> cpus) {
+    CpuMask m;
+    for (int c : cpus) m.set(c);
+    return m;
+  };
+  // Bound one per CPU (mpirun --bind-to core, plait-run): 2 CPUs for 2 ranks,
+  // though each process sees only one.
+  LocalCpus bound = assessLocalCpus({mask({0}), mask({1})});
+  CHECK(bound.cpus == 2);
+  CHECK_FALSE(bound.oversubscribed);
+  CHECK(bound.dedicated);
+  CHECK(bound.minCpusPerRank == 1);
+  // Unbound on 2 CPUs: not oversubscribed, but they share.
+  LocalCpus shared = assessLocalCpus({mask({0, 1}), mask({0, 1})});
+  CHECK(shared.cpus == 2);
+  CHECK_FALSE(shared.oversubscribed);
+  CHECK_FALSE(shared.dedicated);
+  // Three ranks on two CPUs; two ranks squeezed onto one by taskset.
+  CHECK(assessLocalCpus({mask({0, 1}), mask({0, 1}), mask({0, 1})}).oversubscribed);
+  LocalCpus squeezed = assessLocalCpus({mask({1}), mask({1})});
+  CHECK(squeezed.oversubscribed);
+  CHECK_FALSE(squeezed.dedicated);
+  // High CPU numbers, and a rank that could not read its mask: unknown.
+  LocalCpus high = assessLocalCpus({mask({700, 701}), mask({1023})});
+  CHECK(high.cpus == 3);
+  CHECK(high.dedicated);
+  CHECK(high.minCpusPerRank == 1);
+  LocalCpus unknown = assessLocalCpus({mask({0}), CpuMask{}});
+  CHECK(unknown.cpus == 0);
+  CHECK_FALSE(unknown.oversubscribed);
+  CHECK_FALSE(unknown.dedicated);
+  // This thread's own mask is what sched_getaffinity says.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  CHECK(currentCpuMask().count() == CPU_COUNT(&set));
 }
 
 }  // namespace plait

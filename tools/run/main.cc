@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core_binding.h"
 #include "rank_launcher.h"
 
 namespace {
@@ -112,7 +113,7 @@ bool checkHosts(const std::string& hosts) {
 int main(int argc, char** argv) {
   CLI::App app{
       "plait-run: start N local ranks of a program for Plait (sets NCCL_COMM_ID, PLAIT_RANK, ...)\n"
-      "usage: plait-run -n N [--hosts h1,h2,...] [--timeout S] [--tag-output] [--] prog args...",
+      "usage: plait-run -n N [--hosts h1,h2,...] [--timeout S] [--tag-output] [--bind-to core|none] [--] prog args...",
       "plait-run"};
   app.prefix_command();  // stop at the program name: its flags are its own
   plait::run::LaunchOptions options;
@@ -123,6 +124,13 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", timeoutSeconds, "kill all ranks after this many seconds")
       ->check(CLI::PositiveNumber);
   app.add_flag("--tag-output", options.tagOutput, "prefix each output line with [rank]");
+  std::string bindTo = "core";
+  bool reportBindings = false;
+  app.add_option("--bind-to", bindTo,
+                 "core: each rank on a CPU of its own, distinct cores first (when there are enough CPUs); "
+                 "none: wherever the scheduler puts it")
+      ->check(CLI::IsMember({"core", "none"}));
+  app.add_flag("--report-bindings", reportBindings, "say on stderr where each rank is bound");
   // CLI11 reports errors by exception; this is the only place they can arise.
   try {
     app.parse(argc, argv);
@@ -139,6 +147,17 @@ int main(int argc, char** argv) {
   if (!hosts.empty() && !checkHosts(hosts)) return plait::run::kExitLaunchFailed;
   if (timeoutSeconds > 0)
     options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeoutSeconds * 1000 + 0.5));
+  if (bindTo == "core") {
+    std::string why;
+    options.rankCpus = plait::run::planCoreBinding(options.nranks, &why);
+    if (reportBindings) {
+      std::fprintf(stderr, "plait-run: %s\n", why.c_str());
+      for (size_t r = 0; r < options.rankCpus.size(); ++r)
+        std::fprintf(stderr, "plait-run: rank %zu bound to CPU %d\n", r, options.rankCpus[r]);
+    }
+  } else if (reportBindings) {
+    std::fprintf(stderr, "plait-run: not bound (--bind-to none)\n");
+  }
   ReservedPort port;  // held until the ranks have exited
   if (!reservePort(port)) {
     std::fprintf(stderr, "plait-run: cannot reserve a TCP port on 127.0.0.1: %s\n", strerror(errno));

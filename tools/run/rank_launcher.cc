@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -138,6 +139,14 @@ void Supervisor::execRank(RankProcess& rank, const int outPipe[2], const int err
   if (getppid() != launcher) _exit(kExitExecFailed);
   sigprocmask(SIG_SETMASK, &savedMask_, nullptr);
   signal(SIGPIPE, SIG_DFL);
+  if (static_cast<size_t>(rank.rank) < options_.rankCpus.size()) {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    CPU_SET(options_.rankCpus[static_cast<size_t>(rank.rank)], &cpus);
+    if (sched_setaffinity(0, sizeof(cpus), &cpus) != 0)
+      dprintf(STDERR_FILENO, "plait-run: rank %d: binding to CPU %d: %s (running unbound)\n", rank.rank,
+              options_.rankCpus[static_cast<size_t>(rank.rank)], strerror(errno));
+  }
   if (options_.tagOutput) {
     dup2(outPipe[1], STDOUT_FILENO);
     dup2(errPipe[1], STDERR_FILENO);

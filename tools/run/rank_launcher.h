@@ -32,6 +32,7 @@ struct LaunchOptions {
   std::optional<std::chrono::milliseconds> timeout;  // none: wait forever
   bool tagOutput = false;            // prefix each output line with "[rank] "
   std::chrono::milliseconds grace{2000};  // SIGTERM -> SIGKILL
+  std::vector<int> rankCpus;         // the CPU each rank is bound to; empty: none (core_binding.h)
 };
 
 // Exit codes of the launcher besides a rank's own status (or 128 + signal).

@@ -277,7 +277,8 @@ Result<std::unique_ptr<NetTransport>> connectNetworkEdges(OobExchange& oob, ShmT
   no.localRank = static_cast<int>(std::find(so.localRanks.begin(), so.localRanks.end(), rank) - so.localRanks.begin());
   no.abortFlag = so.abortFlag;
   // Each rank has a proxy thread besides its own: count both for the wait policy.
-  no.oversubscribed = so.oversubscribed || hostOversubscribed(2 * static_cast<int>(so.localRanks.size()));
+  const int threads = 2 * static_cast<int>(so.localRanks.size());
+  no.oversubscribed = so.oversubscribed || (so.localCpus > 0 ? threads > so.localCpus : hostOversubscribed(threads));
   no.waitTimeoutMs = so.waitTimeoutMs;
   no.gpu = std::move(gpu);
   PLAIT_ASSIGN_OR_RETURN(std::unique_ptr<NetTransport> net, NetTransport::connect(oob, no, deadline));

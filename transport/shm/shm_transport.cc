@@ -74,6 +74,7 @@ WaitContext* ShmTransport::newContext(int peer, const char* what) {
   ctx->peerPid = options_.pids.empty() ? -1 : options_.pids[peer];
   ctx->peerRank = peer;
   ctx->oversubscribed = options_.oversubscribed;
+  ctx->dedicatedCore = options_.dedicatedCores;
   ctx->waitTimeoutMs = options_.waitTimeoutMs;
   ctx->what = what;
   contexts_.push_back(std::move(ctx));

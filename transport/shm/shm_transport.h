@@ -39,6 +39,10 @@ struct ShmTransportOptions {
   std::vector<int> pids;        // pid of every rank (for liveness checks)
   const std::atomic<uint32_t>* abortFlag = nullptr;
   bool oversubscribed = false;
+  // Every local rank has CPUs of its own (base/cpu_mask.h): the connectors'
+  // waits spin rather than yield (WaitContext::dedicatedCore).
+  bool dedicatedCores = false;
+  int localCpus = 0;  // CPUs the local ranks may run on together (0: unknown)
   int64_t waitTimeoutMs = -1;  // bound on each wait of a connector (PLAIT_TIMEOUT)
   // Connectors to ranks on other hosts (a network transport's, not owned),
   // handed out where a ring neighbour or a point-to-point peer is not local:
