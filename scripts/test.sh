@@ -20,7 +20,9 @@ phase setup
 # compiles them for one architecture (sm_90; the library's default is 80 and
 # 90): nvcc spends about 70 s per kernel file and architecture, and a second
 # architecture checks nothing more on a machine without a GPU.
-"$ROOT/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES="${PLAIT_TEST_CUDA_ARCHITECTURES:-90}"
+# PLAIT_TEST_CUDA_FLAGS: extra nvcc flags (CI: -Xptxas -O0, see .ci/run).
+"$ROOT/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES="${PLAIT_TEST_CUDA_ARCHITECTURES:-90}" \
+  -DCMAKE_CUDA_FLAGS="${PLAIT_TEST_CUDA_FLAGS:-}"
 phase build
 (cd "$ROOT/build" && ctest --output-on-failure --timeout 900 -j "${CTEST_JOBS:-1}")
 phase tests
@@ -70,9 +72,6 @@ if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then
   fi
 fi
 if [[ "${SKIP_SANITIZE:-0}" != 1 ]]; then
-  BUILD_DIR="$ROOT/build-asan" BUILD_TYPE=Debug "$ROOT/scripts/build.sh" -DPLAIT_WITH_CUDA=OFF -DPLAIT_SANITIZE=ON \
-    -DPLAIT_BUILD_PERF=OFF
-  phase asan-build
   # The collective sweeps cover one type of each width and kind here too
   # (each case under ASan costs 2-3 times its plain run; the plain pass
   # above covers all twelve), and the "heavy" repeats of a sweep (other
@@ -82,6 +81,14 @@ if [[ "${SKIP_SANITIZE:-0}" != 1 ]]; then
   sweep=quick
   skip="tools|forks|heavy"
   if [[ "${PLAIT_NIGHTLY:-0}" == 1 ]]; then sweep=full; skip="tools|forks"; fi
+  # Only what the selected tests run is built (scripts/test_targets.py: not
+  # the tools, benchmarks and tests this pass skips); everything if the
+  # list cannot be had.
+  asan_flags=(-DPLAIT_WITH_CUDA=OFF -DPLAIT_SANITIZE=ON -DPLAIT_BUILD_PERF=OFF)
+  BUILD_DIR="$ROOT/build-asan" BUILD_TYPE=Debug TARGETS="plait nccl" "$ROOT/scripts/build.sh" "${asan_flags[@]}"
+  asan_targets=$("$ROOT/scripts/test_targets.py" "$ROOT/build-asan" -LE "$skip") || asan_targets=all
+  BUILD_DIR="$ROOT/build-asan" BUILD_TYPE=Debug TARGETS="$asan_targets" "$ROOT/scripts/build.sh" "${asan_flags[@]}"
+  phase asan-build
   (cd "$ROOT/build-asan" && PLAIT_TEST_SWEEP=$sweep ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_segv=0 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure --timeout 900 -LE "$skip")  # forks: see tests/api/CMakeLists.txt
