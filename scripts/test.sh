@@ -21,8 +21,14 @@ phase setup
 # 90): nvcc spends about 70 s per kernel file and architecture, and a second
 # architecture checks nothing more on a machine without a GPU.
 # PLAIT_TEST_CUDA_FLAGS: extra nvcc flags (CI: -Xptxas -O0, see .ci/run).
-"$ROOT/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES="${PLAIT_TEST_CUDA_ARCHITECTURES:-90}" \
-  -DCMAKE_CUDA_FLAGS="${PLAIT_TEST_CUDA_FLAGS:-}"
+# PLAIT_TEST_NO_DEBUG_INFO=1: the main and emulator builds without -g (CI:
+# it costs 20-50% of each file's compile time; see .ci/run).
+opt_flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELWITHDEBINFO="-O2 -g -DNDEBUG")
+if [[ "${PLAIT_TEST_NO_DEBUG_INFO:-0}" == 1 ]]; then
+  opt_flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG")
+fi
+"$ROOT/scripts/build.sh" "${opt_flags[@]}" \
+  -DCMAKE_CUDA_ARCHITECTURES="${PLAIT_TEST_CUDA_ARCHITECTURES:-90}" -DCMAKE_CUDA_FLAGS="${PLAIT_TEST_CUDA_FLAGS:-}"
 phase build
 (cd "$ROOT/build" && ctest --output-on-failure --timeout 900 -j "${CTEST_JOBS:-1}")
 phase tests
@@ -42,7 +48,7 @@ if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then
       test_device_api_lsa test_device_api_windows test_symmetric_collectives vmm_probe_emu test_peer_memory
       test_net_gpu_memory"
     BUILD_DIR="$ROOT/build-emu" TARGETS="$EMU_TARGETS" \
-      "$ROOT/scripts/build.sh" -DPLAIT_DEVICE_EMULATION=ON -DPLAIT_BUILD_PERF=OFF
+      "$ROOT/scripts/build.sh" "${opt_flags[@]}" -DPLAIT_DEVICE_EMULATION=ON -DPLAIT_BUILD_PERF=OFF
     phase emu-build
     # The collective matrix on device buffers covers one type of each width
     # and kind in CI (PLAIT_TEST_SWEEP=quick, tests/api/values.h): each case
@@ -81,13 +87,10 @@ if [[ "${SKIP_SANITIZE:-0}" != 1 ]]; then
   sweep=quick
   skip="tools|forks|heavy"
   if [[ "${PLAIT_NIGHTLY:-0}" == 1 ]]; then sweep=full; skip="tools|forks"; fi
-  # Only what the selected tests run is built (scripts/test_targets.py: not
-  # the tools, benchmarks and tests this pass skips); everything if the
-  # list cannot be had.
-  asan_flags=(-DPLAIT_WITH_CUDA=OFF -DPLAIT_SANITIZE=ON -DPLAIT_BUILD_PERF=OFF)
-  BUILD_DIR="$ROOT/build-asan" BUILD_TYPE=Debug TARGETS="plait nccl" "$ROOT/scripts/build.sh" "${asan_flags[@]}"
-  asan_targets=$("$ROOT/scripts/test_targets.py" "$ROOT/build-asan" -LE "$skip") || asan_targets=all
-  BUILD_DIR="$ROOT/build-asan" BUILD_TYPE=Debug TARGETS="$asan_targets" "$ROOT/scripts/build.sh" "${asan_flags[@]}"
+  # The test programs and the tools they run, not the *_perf tools and other
+  # tools (tests/CMakeLists.txt: plait-test-programs).
+  BUILD_DIR="$ROOT/build-asan" BUILD_TYPE=Debug TARGETS=plait-test-programs "$ROOT/scripts/build.sh" \
+    -DPLAIT_WITH_CUDA=OFF -DPLAIT_SANITIZE=ON -DPLAIT_BUILD_PERF=OFF
   phase asan-build
   (cd "$ROOT/build-asan" && PLAIT_TEST_SWEEP=$sweep ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_segv=0 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
