@@ -1,5 +1,6 @@
-// direct.cc — the direct (zero-copy) path: probe, agreement, AllReduce and
-// AllGather on peers' buffers, completion handshake.
+// direct.cc — the direct (zero-copy) path: probe, agreement on which buffers
+// every rank touches, completion handshake (the algorithms:
+// direct_algorithms.cc).
 #include "core/direct.h"
 
 #include <fcntl.h>
@@ -25,7 +26,9 @@ PLAIT_PARAM_INT(kDirect, "DIRECT", 1, "zero-copy collectives on registered ncclM
 // on, registered or not, pays one line-message round to agree (not
 // measurable here from 16 KiB up; 10-30% of a 4-8 KiB operation).
 PLAIT_PARAM_INT(kDirectMinBytes, "DIRECT_MIN_BYTES", 16 << 10,
-                "smallest AllReduce / AllGather (output bytes) that tries the direct path on registered buffers");
+                "smallest collective (bytes of its largest buffer) that tries the direct path on registered buffers");
+PLAIT_PARAM_INT(kDirectUnsyncedMinBytes, "DIRECT_UNSYNCED_MIN_BYTES", 1 << 20,
+                "the same for Broadcast, Reduce, Gather, Scatter and AlltoAll, whose FIFO paths let ranks run ahead");
 PLAIT_PARAM_INT(kDirectChunkBytes, "DIRECT_CHUNK_BYTES", 64 << 10,
                 "bytes a direct AllReduce reduces at a time (all inputs of a chunk stay in cache)");
 PLAIT_PARAM_INT(kDirectStreamBytes, "DIRECT_STREAM_BYTES", 32 << 20,
@@ -45,6 +48,7 @@ struct ProbeInfo {
   uint64_t identity = 0;
   uint64_t token = 0;
   uint64_t minBytes = 0;
+  uint64_t minBytesUnsynced = 0;
   int32_t pid = 0;
   int32_t fd = -1;
   int32_t want = 0;  // PLAIT_DIRECT on here
@@ -108,6 +112,7 @@ Result<std::unique_ptr<DirectPath>> DirectPath::create(OobExchange& oob, ShmTran
   d->descs_.resize(d->nranks_);
   d->sends_.resize(d->nranks_);
   d->recvs_.resize(d->nranks_);
+  d->dsts_.resize(d->nranks_);
   return d;
 }
 
@@ -123,6 +128,7 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
   mine.want = kDirect.get() != 0;
   mine.push = kDirectGatherPush.get() != 0;
   mine.minBytes = static_cast<uint64_t>(std::max<int64_t>(1, kDirectMinBytes.get()));
+  mine.minBytesUnsynced = static_cast<uint64_t>(std::max<int64_t>(1, kDirectUnsyncedMinBytes.get()));
   mine.token = randomToken();
   int fd = mine.want ? memfd_create("plait-probe", MFD_CLOEXEC) : -1;
   if (fd >= 0 && ftruncate(fd, kProbeBytes) == 0) {
@@ -149,13 +155,16 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
     enabled_ = enabled_ && info[r].ok;
     oneProcess_ = oneProcess_ && info[r].identity == mine.identity;
     minBytes_ = r == 0 ? info[r].minBytes : std::max<size_t>(minBytes_, info[r].minBytes);
+    minBytesUnsynced_ =
+        r == 0 ? info[r].minBytesUnsynced : std::max<size_t>(minBytesUnsynced_, info[r].minBytesUnsynced);
     pids_.push_back(info[r].pid);
     identities_.push_back(info[r].identity);
   }
   gatherPush_ = info[0].push != 0;
-  if (!enabled_) minBytes_ = SIZE_MAX;
+  if (!enabled_) minBytes_ = minBytesUnsynced_ = SIZE_MAX;
   if (enabled_) {
-    PLAIT_INFO(kInit, "direct collectives on registered buffers: on from %zu bytes (%s, AllGather %s)", minBytes_,
+    PLAIT_INFO(kInit, "direct collectives on registered buffers: on from %zu bytes (%zu for the rooted ones and "
+               "AlltoAll; %s, AllGather %s)", minBytes_, minBytesUnsynced_,
                oneProcess_ ? "ranks are threads of one process" : "peers map ncclMemAlloc memory via /proc",
                gatherPush_ ? "push" : "pull");
   } else {
@@ -176,20 +185,40 @@ Status DirectPath::deregisterBuffer(void* handle, RegistrationKind kind) { retur
 
 // ---- one operation --------------------------------------------------------------
 
-Result<bool> DirectPath::run(const Task& task) {
-  if (!enabled_) return false;
-  const bool allReduce = task.coll == CollType::kAllReduce;
-  if (!allReduce && task.coll != CollType::kAllGather) return false;
-  PLAIT_ASSIGN_OR_RETURN(bool direct, exchange(task, allReduce, gatherPush_));
-  if (!direct) return false;
-  Status s = resolve(task, allReduce, gatherPush_);
-  if (s.isOk()) {
-    if (allReduce) {
-      this->allReduce(task);
-    } else {
-      allGather(task, gatherPush_);
-    }
+namespace {
+
+bool supported(CollType c) { return c != CollType::kSend && c != CollType::kRecv; }
+bool reduces(CollType c) {
+  return c == CollType::kAllReduce || c == CollType::kReduce || c == CollType::kReduceScatter;
+}
+bool rooted(CollType c) {
+  return c == CollType::kBroadcast || c == CollType::kReduce || c == CollType::kGather || c == CollType::kScatter;
+}
+
+}  // namespace
+
+DirectPath::Touched DirectPath::touched(const Task& t, int p) const {
+  const size_t b = t.count * typeSize(t.type), all = b * static_cast<size_t>(nranks_);
+  const bool root = p == t.root;
+  switch (t.coll) {
+    case CollType::kAllReduce: return {true, true, b, b};
+    case CollType::kAllGather: return gatherPush_ ? Touched{false, true, 0, all} : Touched{true, false, b, 0};
+    case CollType::kReduceScatter: return {true, false, all, 0};
+    case CollType::kBroadcast: return {root, false, b, 0};
+    case CollType::kReduce: return {true, root, b, b};
+    case CollType::kAlltoAll: return {true, false, all, 0};
+    case CollType::kGather: return {false, root, 0, all};
+    case CollType::kScatter: return {root, false, all, 0};
+    default: return {};
   }
+}
+
+Result<bool> DirectPath::run(const Task& task) {
+  if (!enabled_ || !supported(task.coll)) return false;
+  PLAIT_ASSIGN_OR_RETURN(bool direct, exchange(task));
+  if (!direct) return false;
+  Status s = resolve(task);
+  if (s.isOk()) execute(task);
   PLAIT_RETURN_IF_ERROR(finish(std::move(s)));
   return true;
 }
@@ -212,18 +241,21 @@ DirectPath::BufferRef DirectPath::describe(const void* ptr, size_t bytes) const 
 
 // Steps 1 and 2 of the protocol. Every rank sees every descriptor, so every
 // rank reaches the same answer (or the same error) from the same data.
-Result<bool> DirectPath::exchange(const Task& task, bool allReduce, bool push) {
-  const size_t bytes = task.count * typeSize(task.type);
+Result<bool> DirectPath::exchange(const Task& task) {
+  const bool reduction = reduces(task.coll);
   Descriptor& mine = descs_[rank_];
   mine = Descriptor();
   mine.shape = static_cast<uint32_t>(task.coll) | static_cast<uint32_t>(task.type) << 8 |
-               (allReduce ? static_cast<uint32_t>(task.op.kind) << 16 : 0) | (push ? 1u << 24 : 0);
+               (reduction ? static_cast<uint32_t>(task.op.kind) << 16 : 0) | (gatherPush_ ? 1u << 24 : 0) |
+               (rooted(task.coll) ? (static_cast<uint32_t>(task.root) & 0x7f) << 25 : 0);
   mine.count = static_cast<uint32_t>(task.count);
-  mine.scalar = allReduce ? task.op.scalar : 0;
-  const bool needSend = allReduce || !push, needRecv = allReduce || push;
+  mine.scalar = reduction ? task.op.scalar : 0;
   mine.send.fd = mine.recv.fd = kNone;
-  if (needSend) mine.send = describe(task.sendbuff, bytes);
-  if (needRecv) mine.recv = describe(task.recvbuff, allReduce ? bytes : bytes * nranks_);
+  const Touched me = touched(task, rank_);
+  if (me.send) mine.send = describe(task.sendbuff, me.sendBytes);
+  if (me.recv) mine.recv = describe(task.recvbuff, me.recvBytes);
+  // In place, peers would read blocks of this rank's input it overwrites.
+  if (task.coll == CollType::kAlltoAll && task.sendbuff == task.recvbuff) mine.send.fd = kNone;
   for (int p = 0; p < nranks_; ++p)
     if (p != rank_) PLAIT_RETURN_IF_ERROR(shm_->lineSend(p)->send(&mine, sizeof mine));
   for (int p = 0; p < nranks_; ++p)
@@ -235,13 +267,15 @@ Result<bool> DirectPath::exchange(const Task& task, bool allReduce, bool push) {
                           std::to_string(descs_[p].count) + " (shape " + std::to_string(descs_[p].shape) +
                           ") but rank " + std::to_string(rank_) + " runs " + collName(task.coll) + " with count " +
                           std::to_string(mine.count) + " (shape " + std::to_string(mine.shape) +
-                          "; the shape encodes collective, type, op and PLAIT_DIRECT_ALLGATHER_PUSH)");
+                          "; the shape encodes collective, type, op, PLAIT_DIRECT_ALLGATHER_PUSH and root)");
   }
   for (int p = 0; p < nranks_; ++p) {
+    const Touched u = touched(task, p);
     for (bool send : {true, false}) {
-      if (!(send ? needSend : needRecv) || (send ? descs_[p].send : descs_[p].recv).fd != kNone) continue;
+      if (!(send ? u.send : u.recv) || (send ? descs_[p].send : descs_[p].recv).fd != kNone) continue;
       const std::string why = "rank " + std::to_string(p) + "'s " + bufferName(send) +
-                              " is not in registered memory that every rank can map";
+                              " is not in registered memory that every rank can map" +
+                              (task.coll == CollType::kAlltoAll && send ? " (or the AlltoAll is in place)" : "");
       logOnce(task, false, why.c_str());
       return false;
     }
@@ -251,8 +285,7 @@ Result<bool> DirectPath::exchange(const Task& task, bool allReduce, bool push) {
 }
 
 // The address of every buffer this rank touches, in its own address space.
-Status DirectPath::resolve(const Task& task, bool allReduce, bool push) {
-  const size_t bytes = task.count * typeSize(task.type);
+Status DirectPath::resolve(const Task& task) {
   mappings_->beginOperation();
   for (int p = 0; p < nranks_; ++p) {
     sends_[p] = nullptr;
@@ -262,12 +295,13 @@ Status DirectPath::resolve(const Task& task, bool allReduce, bool push) {
       recvs_[p] = static_cast<char*>(task.recvbuff);
       continue;
     }
-    if (allReduce || !push) {
-      PLAIT_ASSIGN_OR_RETURN(char* s, peerAddress(p, descs_[p].send, bytes));
+    const Touched u = touched(task, p);
+    if (u.send) {
+      PLAIT_ASSIGN_OR_RETURN(char* s, peerAddress(p, descs_[p].send, u.sendBytes));
       sends_[p] = s;
     }
-    if (allReduce || push) {
-      PLAIT_ASSIGN_OR_RETURN(char* r, peerAddress(p, descs_[p].recv, allReduce ? bytes : bytes * nranks_));
+    if (u.recv) {
+      PLAIT_ASSIGN_OR_RETURN(char* r, peerAddress(p, descs_[p].recv, u.recvBytes));
       recvs_[p] = r;
     }
   }
@@ -307,108 +341,11 @@ void DirectPath::logOnce(const Task& task, bool direct, const char* why) {
   const size_t bytes = task.count * typeSize(task.type);
   PLAIT_TRACE(kColl, "%s %zu bytes: %s%s%s", collName(task.coll), bytes, direct ? "direct" : "FIFO path (",
               why, direct ? "" : ")");
-  bool& logged = (direct ? loggedDirect_ : loggedFallback_)[task.coll == CollType::kAllReduce ? 0 : 1];
+  bool& logged = (direct ? loggedDirect_ : loggedFallback_)[static_cast<int>(task.coll) % kCollTypes];
   if (logged) return;
   logged = true;
   PLAIT_INFO(kColl, "%s %zu bytes: %s%s (first time; later operations are logged at TRACE)", collName(task.coll),
              bytes, direct ? "direct on registered buffers" : "FIFO path: ", why);
-}
-
-// ---- the algorithms ---------------------------------------------------------------
-
-void DirectPath::allReduce(const Task& task) {
-  const size_t elem = typeSize(task.type);
-  const size_t align = std::max<size_t>(1, 64 / elem);
-  const size_t perRank = ((task.count + nranks_ - 1) / nranks_ + align - 1) / align * align;
-  const size_t begin = std::min(task.count, perRank * rank_);
-  const size_t end = std::min(task.count, begin + perRank);
-  const size_t chunk = std::max(align, chunkBytes_ / elem / align * align);
-  // Streaming stores spare the read-for-ownership of large outputs, but an
-  // in-place output line was just read and sits in cache: measured 2x slower
-  // at 64 MiB with them, so only out-of-place operations use them.
-  bool inPlace = true;
-  for (int p = 0; p < nranks_; ++p) inPlace = inPlace && sends_[p] == recvs_[p];
-  const bool nonTemporal = !inPlace && task.count * elem >= streamBytes_;
-  for (size_t off = begin; off < end; off += chunk) reduceChunk(task, off, std::min(chunk, end - off), nonTemporal);
-}
-
-// out = in0 op in1 op ... op in(n-1) for `count` elements from `offset`,
-// written to every rank's output. Each PreMulSum input is scaled by its own
-// rank's scalar (ranks may hold different ones); when all scalars are equal
-// (ncclAvg) the first two inputs are reduced in one pass.
-void DirectPath::reduceChunk(const Task& task, size_t offset, size_t count, bool nonTemporal) {
-  const ReduceCopyFn fn = reduceCopyFn(task.type, task.op.kind);
-  const size_t at = offset * typeSize(task.type);
-  const bool preOp = task.op.kind == RedOpKind::kPreMulSum;
-  bool uniform = true;
-  for (int p = 1; p < nranks_; ++p) uniform = uniform && descs_[p].scalar == descs_[0].scalar;
-  void* acc = scratch_.data();
-  RedOp op = task.op;
-  ReduceCopyArgs a;
-  a.count = count;
-  a.srcs[0] = sends_[0] + at;
-  a.preOpSrc0 = preOp;
-  int next = 1;
-  if (!preOp || uniform) {
-    a.srcs[1] = sends_[1] + at;
-    a.nSrcs = 2;
-    a.preOpSrc1 = preOp;
-    next = 2;
-  } else {
-    op.scalar = descs_[0].scalar;
-  }
-  for (;;) {
-    const bool last = next == nranks_;
-    if (last && nranks_ == 2) {  // straight into both outputs
-      a.dsts[0] = recvs_[0] + at;
-      a.dsts[1] = recvs_[1] + at;
-      a.nDsts = 2;
-      a.postOp = true;
-      a.nonTemporal = nonTemporal;
-      fn(op, a);
-      return;
-    }
-    a.dsts[0] = acc;
-    a.postOp = last;
-    fn(op, a);
-    if (last) break;
-    a.srcs[0] = acc;
-    a.srcs[1] = sends_[next] + at;
-    a.nSrcs = 2;
-    a.preOpSrc0 = false;
-    a.preOpSrc1 = preOp;
-    if (preOp && !uniform) op.scalar = descs_[next].scalar;
-    ++next;
-  }
-  ReduceCopyArgs copy;  // one source, no pre/post-op: a bit-exact copy
-  copy.srcs[0] = acc;
-  copy.count = count;
-  copy.nonTemporal = nonTemporal;
-  for (int p = 0; p < nranks_; p += 2) {
-    copy.dsts[0] = recvs_[p] + at;
-    copy.nDsts = p + 1 < nranks_ ? 2 : 1;
-    copy.dsts[1] = copy.nDsts == 2 ? recvs_[p + 1] + at : nullptr;
-    fn(task.op, copy);
-  }
-}
-
-// Peers are visited starting after this rank, so ranks read (or write)
-// different peers' memory at the same time.
-void DirectPath::allGather(const Task& task, bool push) {
-  const size_t bytes = task.count * typeSize(task.type);
-  const ReduceCopyFn copyFn = reduceCopyFn(task.type, RedOpKind::kSum);
-  ReduceCopyArgs copy;
-  copy.count = task.count;
-  copy.nonTemporal = bytes * nranks_ >= streamBytes_;
-  for (int k = 0; k < nranks_; ++k) {
-    const int p = (rank_ + k) % nranks_;
-    const char* src = push ? static_cast<const char*>(task.sendbuff) : sends_[p];
-    char* dst = push ? recvs_[p] + bytes * rank_ : static_cast<char*>(task.recvbuff) + bytes * p;
-    if (src == dst) continue;  // in place
-    copy.srcs[0] = src;
-    copy.dsts[0] = dst;
-    copyFn(RedOp{}, copy);
-  }
 }
 
 }  // namespace plait

@@ -25,9 +25,16 @@
 // every element, so results are deterministic and identical on all ranks),
 // chunk by chunk, and writes each chunk's result into every rank's output.
 // Each input element is read by one rank before any output element of its
-// chunk is written, so in-place operation is safe. AllGather: each rank
-// copies every peer's input into its own output (pull) or its input into
-// every peer's output (push; PLAIT_DIRECT_ALLGATHER_PUSH).
+// chunk is written, so in-place operation is safe. Reduce: the same parts,
+// written into the root's output only. ReduceScatter: rank r reduces block r
+// of every input into its own output. AllGather: each rank copies every
+// peer's input into its own output (pull) or its input into every peer's
+// output (push; PLAIT_DIRECT_ALLGATHER_PUSH). Broadcast and Scatter: each
+// rank copies (its block of) the root's input into its output. Gather: each
+// rank copies its input into its block of the root's output. AlltoAll: rank r
+// copies block r of every peer's input into its output; an in-place AlltoAll
+// falls back (peers would read blocks it overwrites). Only the buffers some
+// other rank touches need to be registered (touched() says which).
 //
 // Peers' ncclMemAlloc memory is mapped through /proc/<pid>/fd/<fd> on first
 // use and the mapping cached (buffer_registry.h). Creation probes, once,
@@ -61,14 +68,22 @@ class DirectPath {
   DirectPath& operator=(const DirectPath&) = delete;
 
   bool enabled() const { return enabled_; }
-  // Operations of at least this many bytes (the whole output for AllGather)
-  // should call run(); SIZE_MAX when direct operation is off.
-  size_t minBytes() const { return minBytes_; }
+  // Operations of `coll` of at least this many bytes (their largest buffer)
+  // should call run(); SIZE_MAX when direct operation is off. Broadcast,
+  // Reduce, Gather, Scatter and AlltoAll have a threshold of their own: on
+  // the FIFO path their ranks need not wait for each other, and the
+  // agreement makes every call wait for all (measured 3-4 us more per
+  // unregistered call at 64-256 KiB, 2 ranks; within the noise from 1 MiB).
+  size_t minBytes(CollType coll) const {
+    const bool synchronizing =
+        coll == CollType::kAllReduce || coll == CollType::kAllGather || coll == CollType::kReduceScatter;
+    return synchronizing ? minBytes_ : minBytesUnsynced_;
+  }
 
   // Collective for every rank of the communicator, with the same task shape.
   // True: the operation was done directly. False: the ranks agreed to fall
-  // back and nothing was done. Collectives other than AllReduce and
-  // AllGather return false at once (on every rank alike).
+  // back and nothing was done. Send and Recv return false at once (on every
+  // rank alike).
   Result<bool> run(const Task& task);
 
   // ncclCommRegister / ncclCommWindowRegister and their deregistration.
@@ -87,7 +102,7 @@ class DirectPath {
     uint64_t where = 0;  // memfd: offset in the allocation
   };
   struct Descriptor {
-    uint32_t shape = 0;  // collective, type, op kind, mode: must match on every rank
+    uint32_t shape = 0;  // collective, type, op kind, mode, root (mod 128): must match on every rank
     uint32_t count = 0;  // low bits of the element count: must match too
     BufferRef send, recv;
     uint64_t scalar = 0;  // PreMulSum: this rank's scalar bits
@@ -95,21 +110,36 @@ class DirectPath {
 
  private:
   DirectPath() = default;
+  // Which of rank p's buffers other ranks read or write in `task`, and how
+  // many bytes of each they may touch.
+  struct Touched {
+    bool send = false, recv = false;
+    size_t sendBytes = 0, recvBytes = 0;
+  };
+  Touched touched(const Task& task, int p) const;
   Status probe(OobExchange& oob, Deadline deadline);
   BufferRef describe(const void* ptr, size_t bytes) const;
-  Result<bool> exchange(const Task& task, bool allReduce, bool push);
-  Status resolve(const Task& task, bool allReduce, bool push);
+  Result<bool> exchange(const Task& task);
+  Status resolve(const Task& task);
   Result<char*> peerAddress(int peer, const BufferRef& ref, size_t bytes);
   Status finish(Status mine);
-  void allReduce(const Task& task);
-  void reduceChunk(const Task& task, size_t offset, size_t count, bool nonTemporal);
-  void allGather(const Task& task, bool push);
   void logOnce(const Task& task, bool direct, const char* why);
+  // The algorithms (direct_algorithms.cc), on sends_ / recvs_.
+  void execute(const Task& task);
+  void allReduce(const Task& task);
+  void reduce(const Task& task);
+  void reduceScatter(const Task& task);
+  // dsts[0..nDsts) = sends_[0][srcAt..] op ... op sends_[n-1][srcAt..] for
+  // `count` elements (srcAt in bytes), in rank order.
+  void reduceInto(const Task& task, size_t srcAt, size_t count, char* const* dsts, int nDsts, bool nonTemporal);
+  void allGather(const Task& task, bool push);
+  void copy(const Task& task, const char* src, char* dst, size_t count, bool nonTemporal) const;
 
   int rank_ = 0;
   int nranks_ = 1;
   bool enabled_ = false;
   size_t minBytes_ = SIZE_MAX;
+  size_t minBytesUnsynced_ = SIZE_MAX;
   size_t chunkBytes_ = 64 << 10;
   size_t streamBytes_ = SIZE_MAX;  // outputs at least this large use streaming stores
   bool gatherPush_ = false;
@@ -122,9 +152,11 @@ class DirectPath {
   std::vector<Descriptor> descs_;     // per rank, this operation's
   std::vector<const char*> sends_;    // per rank, this operation's input in this address space
   std::vector<char*> recvs_;          // per rank, this operation's output (AllGather pull: own only)
+  std::vector<char*> dsts_;           // reduceInto's destinations for one chunk
   std::vector<unsigned char> scratch_;
-  bool loggedDirect_[2] = {false, false};
-  bool loggedFallback_[2] = {false, false};
+  static constexpr int kCollTypes = 10;  // CollType's values
+  bool loggedDirect_[kCollTypes] = {};
+  bool loggedFallback_[kCollTypes] = {};
 };
 
 }  // namespace plait

@@ -144,19 +144,29 @@ void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan)
 Status Communicator::execute(const Task& task) {
   if (task.onDevice) return runOnDevice(task);  // a kernel on the task's stream (device_path.cc)
   announce(task);
+  const size_t blockBytes = task.count * typeSize(task.type);
+  const bool directAllowed = task.algos == 0 || (task.algos & kAlgoDirect) != 0;
   if (isPointToPoint(task.coll)) {
-    tagged(task, task.count * typeSize(task.type), "point-to-point");
+    // AlltoAll, Gather and Scatter on registered buffers: zero-copy.
+    const bool collective = task.coll != CollType::kSend && task.coll != CollType::kRecv;
+    if (collective && nranks_ > 1 && task.count > 0 && direct_ && directAllowed &&
+        blockBytes * nranks_ >= direct_->minBytes(task.coll)) {
+      PLAIT_ASSIGN_OR_RETURN(bool done, direct_->run(task));
+      if (done) {
+        tagged(task, blockBytes * nranks_, "direct");
+        return Status::ok();
+      }
+    }
+    tagged(task, blockBytes, "point-to-point");
     return runP2p({task});
   }
   if (task.count == 0) return Status::ok();
   if (nranks_ == 1) return runLocalCopy(task);
-  const size_t blockBytes = task.count * typeSize(task.type);
   // The tuner sees the bytes that cross the ring: the whole gathered or
   // scattered buffer for AllGather and ReduceScatter.
   const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
   const size_t bytes = blocked ? blockBytes * nranks_ : blockBytes;
-  const bool directAllowed = task.algos == 0 || (task.algos & kAlgoDirect) != 0;
-  if (direct_ && directAllowed && bytes >= direct_->minBytes()) {  // registered buffers: zero-copy
+  if (direct_ && directAllowed && bytes >= direct_->minBytes(task.coll)) {  // registered buffers: zero-copy
     PLAIT_ASSIGN_OR_RETURN(bool done, direct_->run(task));
     if (done) {
       tagged(task, bytes, "direct");

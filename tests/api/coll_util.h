@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -92,23 +93,63 @@ inline long long patternMismatch(const void* got, size_t first, size_t count, nc
 // A host buffer of `elems` elements followed by guard bytes; everything
 // starts as the sentinel byte. Checks that nothing was written past the end
 // or, where nothing may be written at all, that the bytes are unchanged.
+// While a RegisteredBuffers scope is open on a thread, the Guarded buffers
+// that thread makes are ncclMemAlloc'd and registered with its communicator
+// (ncclCommRegister), so the same checks run on the direct path.
+inline thread_local ncclComm_t tlsRegisterWith = nullptr;
+class RegisteredBuffers {
+ public:
+  explicit RegisteredBuffers(ncclComm_t comm) : previous_(tlsRegisterWith) { tlsRegisterWith = comm; }
+  ~RegisteredBuffers() { tlsRegisterWith = previous_; }
+  RegisteredBuffers(const RegisteredBuffers&) = delete;
+  RegisteredBuffers& operator=(const RegisteredBuffers&) = delete;
+
+ private:
+  ncclComm_t previous_;
+};
+
 class Guarded {
  public:
   static constexpr unsigned char kSentinel = 0x5a;
   static constexpr unsigned char kGuard = 0x77;
   static constexpr size_t kGuardBytes = 64;
 
+  Guarded() = default;
   // The data starts `shift` bytes past a 64-byte boundary (0: aligned like
   // a device allocation; a multiple of the element size otherwise).
-  Guarded(size_t elems, ncclDataType_t t, size_t shift = 0)
-      : bytes_(elems * sizeOf(t)), mem_(bytes_ + kGuardBytes + 64 + shift, 0) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(mem_.data());
+  Guarded(size_t elems, ncclDataType_t t, size_t shift = 0) : bytes_(elems * sizeOf(t)) {
+    const size_t total = bytes_ + kGuardBytes + 64 + shift;
+    char* base = nullptr;
+    if (tlsRegisterWith != nullptr) {
+      void* p = nullptr;
+      void* handle = nullptr;
+      if (ncclMemAlloc(&p, total) == ncclSuccess) {
+        if (ncclCommRegister(tlsRegisterWith, p, total, &handle) == ncclSuccess) {
+          registered_ = std::shared_ptr<char>(static_cast<char*>(p), [comm = tlsRegisterWith, handle](char* q) {
+            ncclCommDeregister(comm, handle);
+            ncclMemFree(q);
+          });
+          base = registered_.get();
+        } else {
+          ncclMemFree(p);
+        }
+      }
+    }
+    if (base == nullptr) {  // plain memory (or registration failed: the direct-path counts will say so)
+      mem_.assign(total, 0);
+      base = mem_.data();
+    }
+    const uintptr_t a = reinterpret_cast<uintptr_t>(base);
     offset_ = (64 - a % 64) % 64 + shift;
     std::memset(data(), kSentinel, bytes_);
     std::memset(data() + bytes_, kGuard, kGuardBytes);
   }
-  char* data() { return mem_.data() + offset_; }
-  const char* data() const { return mem_.data() + offset_; }
+  Guarded(const Guarded&) = delete;
+  Guarded& operator=(const Guarded&) = delete;
+  Guarded(Guarded&&) = default;
+  Guarded& operator=(Guarded&&) = default;
+  char* data() { return base() + offset_; }
+  const char* data() const { return base() + offset_; }
   size_t bytes() const { return bytes_; }
   bool guardIntact() const {
     for (size_t g = 0; g < kGuardBytes; ++g)
@@ -123,8 +164,10 @@ class Guarded {
   }
 
  private:
-  size_t bytes_;
+  char* base() const { return registered_ ? registered_.get() : const_cast<char*>(mem_.data()); }
+  size_t bytes_ = 0;
   std::vector<char> mem_;
+  std::shared_ptr<char> registered_;  // ncclMemAlloc'd and registered (RegisteredBuffers)
   size_t offset_ = 0;
 };
 

@@ -13,56 +13,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "direct_test_env.h"
 #include "harness.h"
 #include "values.h"
 
 using namespace plait_test;
 
 namespace {
-
-void resetLibrarySettings() {
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-  ncclResetDebugInit();  // re-reads NCCL_DEBUG* and every PLAIT_* tunable
-#pragma GCC diagnostic pop
-}
-
-// Sets the tunables of a test (the direct path from 1 byte, so small counts
-// take it too) and logs TRACE COLL lines to a file that forked ranks append
-// to as well; count() reads it.
-class DirectTestEnv {
- public:
-  explicit DirectTestEnv(const char* minBytes = "1") {
-    path_ = "/tmp/plait-test-registration-" + std::to_string(getpid()) + ".log";
-    std::remove(path_.c_str());
-    setenv("PLAIT_DIRECT_MIN_BYTES", minBytes, 1);
-    setenv("NCCL_DEBUG", "TRACE", 1);
-    setenv("NCCL_DEBUG_SUBSYS", "COLL", 1);
-    setenv("NCCL_DEBUG_FILE", path_.c_str(), 1);
-    resetLibrarySettings();
-  }
-  ~DirectTestEnv() {
-    for (const char* v : {"PLAIT_DIRECT_MIN_BYTES", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}) unsetenv(v);
-    resetLibrarySettings();
-    std::remove(path_.c_str());
-  }
-  // TRACE lines (one per rank and operation) saying `coll` ran direct
-  // (direct true) or took the FIFO path.
-  int count(const char* coll, bool direct) const {
-    std::ifstream in(path_);
-    std::string line;
-    int n = 0;
-    const std::string what = std::string(coll) + " ";
-    while (std::getline(in, line))
-      if (line.find(" TRACE ") != std::string::npos && line.find(what) != std::string::npos &&
-          line.find(direct ? "bytes: direct" : "bytes: FIFO path") != std::string::npos)
-        ++n;
-    return n;
-  }
-
- private:
-  std::string path_;
-};
 
 bool gatherPushes() {
   const char* v = std::getenv("PLAIT_DIRECT_ALLGATHER_PUSH");

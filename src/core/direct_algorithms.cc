@@ -1,0 +1,186 @@
+// direct_algorithms.cc — what each rank does in a direct collective, once
+// every buffer it touches is mapped (sends_ / recvs_, see direct.h). Every
+// reduction sums in rank order 0..n-1, so results are the same on every rank
+// and in every run.
+#include <algorithm>
+
+#include "algorithms/types.h"
+#include "core/direct.h"
+
+namespace plait {
+
+void DirectPath::execute(const Task& task) {
+  switch (task.coll) {
+    case CollType::kAllReduce: return allReduce(task);
+    case CollType::kReduce: return reduce(task);
+    case CollType::kReduceScatter: return reduceScatter(task);
+    case CollType::kAllGather: return allGather(task, gatherPush_);
+    default: break;
+  }
+  // The data movers: one copy each, from where the data lies to where it goes.
+  const size_t b = task.count * typeSize(task.type);
+  const char* send = static_cast<const char*>(task.sendbuff);
+  char* recv = static_cast<char*>(task.recvbuff);
+  const bool stream = b >= streamBytes_;
+  switch (task.coll) {
+    case CollType::kBroadcast:  // pull the root's input
+      copy(task, sends_[task.root], recv, task.count, stream);
+      break;
+    case CollType::kScatter:  // pull this rank's block of the root's input
+      copy(task, sends_[task.root] + b * rank_, recv, task.count, stream);
+      break;
+    case CollType::kGather:  // push the input into this rank's block of the root's output
+      copy(task, send, recvs_[task.root] + b * rank_, task.count, stream);
+      break;
+    case CollType::kAlltoAll:  // block r of every input; peers in turn, starting after this rank
+      for (int k = 0; k < nranks_; ++k) {
+        const int p = (rank_ + k) % nranks_;
+        copy(task, sends_[p] + b * rank_, recv + b * p, task.count, b * nranks_ >= streamBytes_);
+      }
+      break;
+    default: break;
+  }
+}
+
+void DirectPath::copy(const Task& task, const char* src, char* dst, size_t count, bool nonTemporal) const {
+  if (src == dst || count == 0) return;  // in place
+  ReduceCopyArgs a;  // one source, no pre/post-op: a bit-exact copy
+  a.srcs[0] = src;
+  a.dsts[0] = dst;
+  a.count = count;
+  a.nonTemporal = nonTemporal;
+  reduceCopyFn(task.type, RedOpKind::kSum)(RedOp{}, a);
+}
+
+namespace {
+
+// Rank r's part of `count` elements: 64-byte aligned, the last ones shorter.
+std::pair<size_t, size_t> partOf(size_t count, size_t elem, int rank, int nranks) {
+  const size_t align = std::max<size_t>(1, 64 / elem);
+  const size_t perRank = ((count + nranks - 1) / nranks + align - 1) / align * align;
+  const size_t begin = std::min(count, perRank * rank);
+  return {begin, std::min(count, begin + perRank)};
+}
+
+}  // namespace
+
+void DirectPath::allReduce(const Task& task) {
+  const size_t elem = typeSize(task.type);
+  const auto [begin, end] = partOf(task.count, elem, rank_, nranks_);
+  const size_t align = std::max<size_t>(1, 64 / elem);
+  const size_t chunk = std::max(align, chunkBytes_ / elem / align * align);
+  // Streaming stores spare the read-for-ownership of large outputs, but an
+  // in-place output line was just read and sits in cache: measured 2x slower
+  // at 64 MiB with them, so only out-of-place operations use them.
+  bool inPlace = true;
+  for (int p = 0; p < nranks_; ++p) inPlace = inPlace && sends_[p] == recvs_[p];
+  const bool nonTemporal = !inPlace && task.count * elem >= streamBytes_;
+  for (size_t off = begin; off < end; off += chunk) {
+    const size_t at = off * elem;
+    for (int p = 0; p < nranks_; ++p) dsts_[p] = recvs_[p] + at;
+    reduceInto(task, at, std::min(chunk, end - off), dsts_.data(), nranks_, nonTemporal);
+  }
+}
+
+// The AllReduce's parts, each written into the root's output only.
+void DirectPath::reduce(const Task& task) {
+  const size_t elem = typeSize(task.type);
+  const auto [begin, end] = partOf(task.count, elem, rank_, nranks_);
+  const size_t align = std::max<size_t>(1, 64 / elem);
+  const size_t chunk = std::max(align, chunkBytes_ / elem / align * align);
+  char* out = recvs_[task.root];
+  const bool nonTemporal = out != sends_[task.root] && task.count * elem >= streamBytes_;
+  for (size_t off = begin; off < end; off += chunk) {
+    char* dst = out + off * elem;
+    reduceInto(task, off * elem, std::min(chunk, end - off), &dst, 1, nonTemporal);
+  }
+}
+
+// Block r of every input, reduced into this rank's output. In place the
+// output is this rank's block r of its own input, which no peer reads.
+void DirectPath::reduceScatter(const Task& task) {
+  const size_t elem = typeSize(task.type);
+  const size_t chunk = std::max<size_t>(1, chunkBytes_ / elem);
+  const size_t block = task.count * elem * static_cast<size_t>(rank_);
+  char* out = static_cast<char*>(task.recvbuff);
+  const bool nonTemporal = out != sends_[rank_] + block && task.count * elem >= streamBytes_;
+  for (size_t off = 0; off < task.count; off += chunk) {
+    char* dst = out + off * elem;
+    reduceInto(task, block + off * elem, std::min(chunk, task.count - off), &dst, 1, nonTemporal);
+  }
+}
+
+// Each PreMulSum input is scaled by its own rank's scalar (ranks may hold
+// different ones); when all scalars are equal (ncclAvg) the first two inputs
+// are reduced in one pass. Every source chunk is read before any destination
+// byte of it is written, so a destination may be one of the sources.
+void DirectPath::reduceInto(const Task& task, size_t srcAt, size_t count, char* const* dsts, int nDsts,
+                            bool nonTemporal) {
+  const ReduceCopyFn fn = reduceCopyFn(task.type, task.op.kind);
+  const bool preOp = task.op.kind == RedOpKind::kPreMulSum;
+  bool uniform = true;
+  for (int p = 1; p < nranks_; ++p) uniform = uniform && descs_[p].scalar == descs_[0].scalar;
+  void* acc = scratch_.data();
+  RedOp op = task.op;
+  ReduceCopyArgs a;
+  a.count = count;
+  a.srcs[0] = sends_[0] + srcAt;
+  a.preOpSrc0 = preOp;
+  int next = 1;
+  if (!preOp || uniform) {
+    a.srcs[1] = sends_[1] + srcAt;
+    a.nSrcs = 2;
+    a.preOpSrc1 = preOp;
+    next = 2;
+  } else {
+    op.scalar = descs_[0].scalar;
+  }
+  for (;;) {
+    const bool last = next == nranks_;
+    if (last && nDsts <= 2 && nranks_ == 2) {  // two inputs: straight into the outputs
+      a.dsts[0] = dsts[0];
+      a.dsts[1] = nDsts == 2 ? dsts[1] : nullptr;
+      a.nDsts = nDsts;
+      a.postOp = true;
+      a.nonTemporal = nonTemporal;
+      fn(op, a);
+      return;
+    }
+    a.dsts[0] = acc;
+    a.postOp = last;
+    fn(op, a);
+    if (last) break;
+    a.srcs[0] = acc;
+    a.srcs[1] = sends_[next] + srcAt;
+    a.nSrcs = 2;
+    a.preOpSrc0 = false;
+    a.preOpSrc1 = preOp;
+    if (preOp && !uniform) op.scalar = descs_[next].scalar;
+    ++next;
+  }
+  ReduceCopyArgs out;  // one source, no pre/post-op: a bit-exact copy
+  out.srcs[0] = acc;
+  out.count = count;
+  out.nonTemporal = nonTemporal;
+  for (int p = 0; p < nDsts; p += 2) {
+    out.dsts[0] = dsts[p];
+    out.nDsts = p + 1 < nDsts ? 2 : 1;
+    out.dsts[1] = out.nDsts == 2 ? dsts[p + 1] : nullptr;
+    fn(task.op, out);
+  }
+}
+
+// Peers are visited starting after this rank, so ranks read (or write)
+// different peers' memory at the same time.
+void DirectPath::allGather(const Task& task, bool push) {
+  const size_t bytes = task.count * typeSize(task.type);
+  const bool stream = bytes * nranks_ >= streamBytes_;
+  for (int k = 0; k < nranks_; ++k) {
+    const int p = (rank_ + k) % nranks_;
+    const char* src = push ? static_cast<const char*>(task.sendbuff) : sends_[p];
+    char* dst = push ? recvs_[p] + bytes * rank_ : static_cast<char*>(task.recvbuff) + bytes * p;
+    copy(task, src, dst, task.count, stream);
+  }
+}
+
+}  // namespace plait

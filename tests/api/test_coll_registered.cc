@@ -1,0 +1,108 @@
+// Every collective on registered buffers (ncclMemAlloc + ncclCommRegister):
+// the same checks as the FIFO sweeps (patterns, guards, untouched inputs),
+// with the direct path's TRACE lines counted, so a silent fallback fails.
+// Ranks as threads (peers' buffers read by address) and as forked processes
+// (peers' memfds mapped through /proc).
+#include "coll_checks.h"
+#include "direct_test_env.h"
+
+using namespace plait_test;
+
+namespace {
+
+struct Item {
+  const char* name;  // as the library logs it, with a leading space (" Reduce" is not "AllReduce")
+  SweepSpec spec;
+  CheckFn check;
+};
+
+SweepSpec registeredSpec(const char* coll, bool rooted, bool reduction, std::vector<int> variants = {0, 1}) {
+  SweepSpec s;
+  s.coll = coll;
+  s.rooted = rooted;
+  s.reduction = reduction;
+  s.variants = std::move(variants);
+  s.types = {ncclInt8, ncclFloat16, ncclInt32, ncclFloat32, ncclFloat64, ncclBfloat16};
+  if (reduction) s.ops = {ncclSum, ncclMax, ncclAvg};
+  s.counts = {1, 7, 4099, 70001};
+  return s;
+}
+
+std::vector<Item> items() {
+  return {
+      {" Broadcast", registeredSpec("ncclBroadcast", true, false, {0, 1, 2}), coll_data::checkBroadcast},
+      {" AllGather", registeredSpec("ncclAllGather", false, false), coll_data::checkAllGather},
+      {" AlltoAll", registeredSpec("ncclAlltoAll", false, false, {0}), coll_data::checkAlltoAll},
+      {" Gather", registeredSpec("ncclGather", true, false), coll_data::checkGather},
+      {" Scatter", registeredSpec("ncclScatter", true, false), coll_data::checkScatter},
+      {" Reduce", registeredSpec("ncclReduce", true, true), coll_reduce::checkReduce},
+      {" ReduceScatter", registeredSpec("ncclReduceScatter", false, true), coll_reduce::checkReduceScatter},
+  };
+}
+
+// Every item's sweep on this rank with registered buffers; the first error.
+std::string registeredSweep(int rank, int nranks, ncclComm_t comm, const std::vector<Item>& list) {
+  RegisteredBuffers registered(comm);
+  std::string first;
+  for (const Item& item : list) {
+    std::string err = sweep(rank, nranks, comm, item.spec, item.check);
+    if (first.empty()) first = err;  // a failed call ends that sweep on every rank alike
+  }
+  return first;
+}
+
+void checkAllDirect(const DirectTestEnv& env, const std::vector<Item>& list) {
+  for (const Item& item : list) {
+    INFO(item.name);
+    CHECK(env.count(item.name, true) > 0);
+    CHECK(env.count(item.name, false) == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Every collective on registered buffers runs direct and matches (threads)", "[registered]") {
+  DirectTestEnv env;
+  const std::vector<Item> list = items();
+  for (int nranks : {2, 3}) {
+    INFO("nranks " << nranks);
+    auto failures =
+        runThreads(nranks, [&](int rank, ncclComm_t comm) { return registeredSweep(rank, nranks, comm, list); });
+    for (auto& f : failures) FAIL_CHECK(f);
+  }
+  checkAllDirect(env, list);
+}
+
+TEST_CASE("Every collective on registered buffers runs direct and matches (processes)", "[registered][process]") {
+  DirectTestEnv env;
+  const std::vector<Item> list = items();
+  for (int nranks : {3}) {  // more than one peer to map; 2 ranks run as threads above
+    INFO("nranks " << nranks);
+    auto failures = runProcessesChecked(
+        nranks, [&](int rank, ncclComm_t comm) { return registeredSweep(rank, nranks, comm, list); });
+    for (auto& f : failures) FAIL_CHECK(f);
+  }
+  checkAllDirect(env, list);
+}
+
+TEST_CASE("An in-place AlltoAll on registered buffers falls back, correctly", "[registered]") {
+  DirectTestEnv env;
+  const size_t count = 4099;
+  auto failures = runThreads(3, [&](int rank, ncclComm_t comm) -> std::string {
+    RegisteredBuffers registered(comm);
+    Guarded buf(3 * count, ncclInt32);
+    auto* v = reinterpret_cast<int32_t*>(buf.data());
+    for (int j = 0; j < 3; ++j)
+      for (size_t i = 0; i < count; ++i) v[j * count + i] = rank * 1000003 + j * 10007 + int32_t(i);
+    if (ncclAlltoAll(buf.data(), buf.data(), count, ncclInt32, comm, nullptr) != ncclSuccess)
+      return std::string("ncclAlltoAll: ") + ncclGetLastError(comm);
+    for (int j = 0; j < 3; ++j)
+      for (size_t i = 0; i < count; ++i)
+        if (v[j * count + i] != j * 1000003 + rank * 10007 + int32_t(i))
+          return "block " + std::to_string(j) + " element " + std::to_string(i) + " is wrong";
+    return "";
+  });
+  for (auto& f : failures) FAIL_CHECK(f);
+  CHECK(env.count(" AlltoAll", false) == 3);
+  CHECK(env.count(" AlltoAll", true) == 0);
+}
