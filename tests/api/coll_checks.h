@@ -22,6 +22,20 @@ plait_test::Outcome checkReduceScatter(ncclComm_t comm, const plait_test::CaseIn
 
 namespace plait_test {
 
+// A reduced sweep (six types, five counts) of one collective, for the
+// passes that repeat the full sweeps on another path (forked processes,
+// registered buffers).
+inline SweepSpec reducedSpec(const char* coll, bool rooted, bool reduction, std::vector<int> variants = {0, 1}) {
+  SweepSpec s;
+  s.coll = coll;
+  s.rooted = rooted;
+  s.reduction = reduction;
+  s.variants = std::move(variants);
+  s.types = {ncclInt8, ncclFloat16, ncclInt32, ncclFloat32, ncclFloat64, ncclBfloat16};
+  s.counts = {0, 1, 7, 4099, 70001};
+  return s;
+}
+
 // Runs spec's sweep with threads as ranks for each rank count; every failing
 // rank's first error is reported.
 inline void runSweep(const SweepSpec& spec, const CheckFn& check, const std::vector<int>& rankCounts) {

@@ -12,26 +12,15 @@ struct Item {
   CheckFn check;
 };
 
-SweepSpec processSpec(const char* coll, bool rooted, bool reduction, std::vector<int> variants = {0, 1}) {
-  SweepSpec s;
-  s.coll = coll;
-  s.rooted = rooted;
-  s.reduction = reduction;
-  s.variants = std::move(variants);
-  s.types = {ncclInt8, ncclFloat16, ncclInt32, ncclFloat32, ncclFloat64, ncclBfloat16};
-  s.counts = {0, 1, 7, 4099, 70001};
-  return s;
-}
-
 std::string processSweep(int rank, int nranks, ncclComm_t comm) {
   const Item items[] = {
-      {processSpec("ncclBroadcast", true, false, {0, 1, 2}), coll_data::checkBroadcast},
-      {processSpec("ncclAllGather", false, false), coll_data::checkAllGather},
-      {processSpec("ncclAlltoAll", false, false, {0}), coll_data::checkAlltoAll},
-      {processSpec("ncclGather", true, false), coll_data::checkGather},
-      {processSpec("ncclScatter", true, false), coll_data::checkScatter},
-      {processSpec("ncclReduce", true, true), coll_reduce::checkReduce},
-      {processSpec("ncclReduceScatter", false, true), coll_reduce::checkReduceScatter},
+      {reducedSpec("ncclBroadcast", true, false, {0, 1, 2}), coll_data::checkBroadcast},
+      {reducedSpec("ncclAllGather", false, false), coll_data::checkAllGather},
+      {reducedSpec("ncclAlltoAll", false, false, {0}), coll_data::checkAlltoAll},
+      {reducedSpec("ncclGather", true, false), coll_data::checkGather},
+      {reducedSpec("ncclScatter", true, false), coll_data::checkScatter},
+      {reducedSpec("ncclReduce", true, true), coll_reduce::checkReduce},
+      {reducedSpec("ncclReduceScatter", false, true), coll_reduce::checkReduceScatter},
   };
   std::string first;
   for (const Item& item : items) {

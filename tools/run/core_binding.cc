@@ -40,9 +40,11 @@ std::vector<int> planCoreBinding(int nranks, std::string* why) {
     return {};
   }
   std::vector<CpuInfo> allowed;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &set))
-      allowed.push_back(CpuInfo{cpu, readTopologyInt(cpu, "physical_package_id", 0), readTopologyInt(cpu, "core_id", cpu)});
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    allowed.push_back(
+        CpuInfo{cpu, readTopologyInt(cpu, "physical_package_id", 0), readTopologyInt(cpu, "core_id", cpu)});
+  }
   if (nranks > static_cast<int>(allowed.size())) {
     *why = "not bound: " + std::to_string(nranks) + " ranks on " + std::to_string(allowed.size()) + " CPUs";
     return {};
