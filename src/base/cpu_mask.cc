@@ -11,8 +11,6 @@ void CpuMask::set(int cpu) {
   if (cpu >= 0 && cpu < 64 * kWords) bits[cpu / 64] |= uint64_t{1} << (cpu % 64);
 }
 
-bool CpuMask::test(int cpu) const { return cpu >= 0 && cpu < 64 * kWords && (bits[cpu / 64] >> (cpu % 64)) & 1; }
-
 int CpuMask::count() const {
   int n = 0;
   for (uint64_t w : bits) n += std::popcount(w);

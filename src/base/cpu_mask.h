@@ -25,7 +25,6 @@ struct CpuMask {
   uint64_t bits[kWords] = {};
 
   void set(int cpu);
-  bool test(int cpu) const;
   int count() const;
   bool empty() const { return count() == 0; }
   bool intersects(const CpuMask& other) const;

@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -163,7 +164,9 @@ Status waitSlow(bool (*ready)(void*), void* readyArg, std::atomic<uint32_t>* fut
   const WaitContext& c = ctx.waitTimeoutMs >= 0 ? bounded : ctx;
   Status stop;
   if (c.dedicatedCore && !c.oversubscribed) {
-    if (timedSpinPhase(ready, readyArg, c, kWaitSpinDedicatedUs.get() * 1000, startNs, &stop)) return Status::ok();
+    // A negative setting means no spinning, not (cast to unsigned) forever.
+    const int64_t spinNs = std::max<int64_t>(0, kWaitSpinDedicatedUs.get()) * 1000;
+    if (timedSpinPhase(ready, readyArg, c, spinNs, startNs, &stop)) return Status::ok();
     if (!stop.isOk()) return ready(readyArg) ? Status::ok() : stop;
   } else {
     if (!c.oversubscribed && spinPhase(ready, readyArg, c, kWaitSpin.get(), startNs, &stop)) return Status::ok();

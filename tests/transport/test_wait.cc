@@ -187,6 +187,28 @@ TEST_CASE("a dedicated-core wait spins for its budget, then sleeps and is woken"
   config::resetAll();
 }
 
+TEST_CASE("a negative dedicated spin budget means no spinning, not forever", "[wait]") {
+  setenv("PLAIT_WAIT_SPIN_DEDICATED_US", "-5", 1);
+  config::resetAll();
+  std::atomic<uint32_t> word{0}, sleepers{0};
+  WaitContext ctx;
+  ctx.deadline = Deadline::afterMs(10000);
+  ctx.dedicatedCore = true;
+  Status result;
+  auto start = Clock::now();
+  std::thread waiter([&] {
+    result = waitUntil([&] { return word.load(std::memory_order_acquire) != 0; }, &word, &sleepers, ctx);
+  });
+  while (sleepers.load() == 0 && msSince(start) < 5000) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(sleepers.load() == 1);  // it went to sleep instead of spinning to the deadline
+  word.store(1, std::memory_order_release);
+  wake(&word, &sleepers);
+  waiter.join();
+  CHECK(result.isOk());
+  unsetenv("PLAIT_WAIT_SPIN_DEDICATED_US");
+  config::resetAll();
+}
+
 TEST_CASE("a spinning dedicated-core wait sees the abort flag", "[wait]") {
   setenv("PLAIT_WAIT_SPIN_DEDICATED_US", "10000000", 1);  // 10 s of spinning unless stopped
   config::resetAll();
