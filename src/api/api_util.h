@@ -59,9 +59,12 @@ Status readCommConfig(const ncclConfig_t* config, CommOptions* out);
 // Creates communicator `rank` of `nranks` over `id` into *out (blocking,
 // non-blocking or deferred to the group's end as `config` and the calling
 // thread's group say); `call` names the API function in errors.
-ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config, const char* call);
+// `parentPeers`: for a child, its parent's local peers (CommOptions).
+ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config, const char* call,
+                      std::vector<PeerProcess> parentPeers = {});
 // initRank for a communicator made from `parent` (split, grow, shrink):
-// without a config it keeps the parent's blocking mode.
+// without a config it keeps the parent's blocking mode; a failed init names
+// the parent's local ranks that died.
 ncclResult_t initChild(ncclComm_t parent, ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config,
                        const char* call);
 

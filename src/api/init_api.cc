@@ -41,12 +41,13 @@ void initShell(ncclComm_t shell, ncclUniqueId id, plait::CommOptions options) {
 
 namespace plait::api {
 ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config,
-                      const char* call) {
+                      const char* call, std::vector<plait::PeerProcess> parentPeers) {
   printVersionOnce();
   if (out == nullptr) return fail(plait::invalidArgument("comm (the output pointer) is NULL"), call);
   *out = nullptr;
   plait::CommOptions options;
   if (Status s = readCommConfig(config, &options); !s.isOk()) return fail(s, call);
+  options.parentPeers = std::move(parentPeers);
   if (nranks < 1) return fail(plait::invalidArgument("nranks is " + std::to_string(nranks) + "; must be ≥ 1"), call);
   if (rank < 0 || rank >= nranks)
     return fail(plait::invalidArgument("rank is " + std::to_string(rank) + ", outside [0, " + std::to_string(nranks) +
@@ -90,7 +91,12 @@ ncclResult_t initChild(ncclComm_t parent, ncclComm_t* out, int nranks, ncclUniqu
                        const char* call) {
   ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
   inherited.blocking = parent->blocking ? 1 : 0;
-  return initRank(out, nranks, id, rank, config ? config : &inherited, call);
+  std::vector<plait::PeerProcess> parentPeers;
+  {
+    CommUse use(parent);
+    if (use.usable()) parentPeers = parent->impl->localPeerProcesses();
+  }
+  return initRank(out, nranks, id, rank, config ? config : &inherited, call, std::move(parentPeers));
 }
 }  // namespace plait::api
 

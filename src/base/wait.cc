@@ -224,7 +224,16 @@ bool processAlive(int pid) {
     if (*p == ')') close = p;
   if (close == nullptr || close[1] != ' ') return true;
   char state = close[2];
-  return state != 'Z' && state != 'X';
+  if (state == 'Z' || state == 'X') return false;
+  // A process being killed closes its sockets before it becomes a zombie: a
+  // peer that saw the connection close must already find it dying. The
+  // kernel marks it PF_EXITING (0x4 in the flags, field 9) before that.
+  unsigned ppid = 0, flags = 0;
+  int pgrp = 0, session = 0, tty = 0, tpgid = 0;
+  if (std::sscanf(close + 4, "%u %d %d %d %d %u", &ppid, &pgrp, &session, &tty, &tpgid, &flags) == 6 &&
+      (flags & 0x4u) != 0)
+    return false;
+  return true;
 }
 
 }  // namespace plait

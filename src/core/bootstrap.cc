@@ -21,6 +21,7 @@
 #include "base/config.h"
 #include "base/greeting_gate.h"
 #include "base/tls/tls.h"
+#include "base/wait.h"
 #include "base/log.h"
 #include "base/no_throw.h"
 
@@ -210,7 +211,8 @@ class Root {
     std::vector<int> missing;
     for (int r = 0; r < nranks_; ++r)
       if (!joined_.count(r)) missing.push_back(r);
-    std::string msg = "bootstrap timed out: rank(s) " + rankList(missing) + " never joined (" +
+    std::string msg = std::string("bootstrap timed out: ") + (missing.size() == 1 ? "rank " : "ranks ") +
+                      rankList(missing) + " never joined (" +
                       std::to_string(joined_.size()) + " of " + std::to_string(nranks_) + " arrived at the root " +
                       listener_.localAddress().toString() + ")";
     if (nranks_ < 0) msg = "bootstrap timed out: no rank joined the root at " + listener_.localAddress().toString();
@@ -525,6 +527,11 @@ Status Bootstrap::peerFailure(int peer, const char* op, Status cause) const {
                                   " failed: " + cause.message());
 }
 
+bool Bootstrap::peerGone(int peer) const {
+  const PeerInfo& p = peers_[static_cast<size_t>(peer)];
+  return p.hostHash == peers_[static_cast<size_t>(rank_)].hostHash && p.pid > 0 && !processAlive(p.pid);
+}
+
 Status Bootstrap::connectRing(Deadline deadline) {
   if (nranks_ == 1) return Status::ok();
   int next = (rank_ + 1) % nranks_;
@@ -543,6 +550,7 @@ Result<net::Socket*> Bootstrap::sendSocket(int peer, Deadline deadline) {
     auto s = net::Socket::connect(peers_[static_cast<size_t>(peer)].listenAddr,
                                   earlier(deadline, Deadline::afterMs(kAbortSliceMs)), socketAbortFlag());
     if (!s.isOk()) {
+      if (peerGone(peer)) return peerFailure(peer, "connect to", remoteError("its process is gone (died)"));
       if (s.status().code() == Code::kRemoteError && !deadline.expired() && !aborted()) continue;
       return peerFailure(peer, "connect to", s.takeStatus());
     }
@@ -564,6 +572,8 @@ Status Bootstrap::acceptFrom(int peer, Deadline deadline) {
     auto g = peerThread_ ? peerThread_->next(slice, socketAbortFlag())
                          : peerGate_->next(listener_, slice, socketAbortFlag());
     if (!g.isOk()) {
+      if (peerGone(peer))
+        return peerFailure(peer, "waiting for a connection from", remoteError("its process is gone (died)"));
       if (g.status().code() == Code::kRemoteError && !deadline.expired() && !aborted()) continue;
       return peerFailure(peer, "waiting for a connection from", g.takeStatus());
     }

@@ -155,6 +155,8 @@ class Bootstrap {
   // Turns a socket failure into "<op> rank r (host h, pid p): <why>", or
   // "bootstrap aborted" when abort() was the cause.
   Status peerFailure(int peer, const char* op, Status cause) const;
+  // A peer on this host whose process has exited (it will never connect).
+  bool peerGone(int peer) const;
   const std::atomic<uint32_t>* socketAbortFlag() const {
     const std::atomic<uint32_t>* user = userAbort_.load(std::memory_order_acquire);
     return user ? user : &abort_;

@@ -13,6 +13,7 @@
 #include "base/cma.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "base/shm.h"
 #include "base/wait.h"
 #include "topology/topology.h"
 
@@ -111,6 +112,12 @@ Status Communicator::init(const ncclUniqueId& id, const CommOptions& options) {
   if (abortFlag_.load(std::memory_order_acquire) != 0) abortParts();
   if (!s.isOk()) {
     abort();
+    // A peer that died makes its neighbours fail with "connection closed";
+    // name the dead (of the parent too: a split's new root may be the one).
+    if (s.code() == Code::kRemoteError) {
+      s = withDeadPeers(std::move(s));
+      s = Status(s.code(), s.message() + deadPeersText(options.parentPeers, nullptr, " of the parent communicator"));
+    }
     s.withContext("creating rank " + std::to_string(rank_) + " of " + std::to_string(nranks_));
   }
   return s;
@@ -309,6 +316,11 @@ Communicator::~Communicator() {
   workers_.reset();
   shm_.reset();
   net_.reset();  // after shm_, which hands out its connectors
+  // Segments a local peer created and could not unlink because it died
+  // (between creating and its peers opening them): this job's last rank
+  // here must not leave them in /dev/shm.
+  for (const PeerProcess& p : localPeerProcesses())
+    if (p.pid > 0 && !processAlive(p.pid)) cleanupSegmentsOf(p.pid);
   bootstrap_.reset();
 }
 
@@ -321,7 +333,13 @@ Result<Communicator::SplitResult> Communicator::split(int color, int key) {
   };
   std::vector<Entry> all(nranks_);
   all[rank_] = Entry{color, key};
-  PLAIT_RETURN_IF_ERROR(bootstrap_->allGather(all.data(), sizeof(Entry), deadline));
+  // A rank that died makes its bootstrap neighbour fail, and that one's
+  // neighbour then sees only a closed connection: name the dead ones too.
+  auto exchange = [&](void* data, size_t bytes) {
+    Status s = bootstrap_->allGather(data, bytes, deadline);
+    return s.code() == Code::kRemoteError ? withDeadPeers(std::move(s)) : s;
+  };
+  PLAIT_RETURN_IF_ERROR(exchange(all.data(), sizeof(Entry)));
   // Members of our color, ordered by key, then by rank in this communicator.
   std::vector<int> members;
   for (int r = 0; r < nranks_; ++r)
@@ -332,7 +350,7 @@ Result<Communicator::SplitResult> Communicator::split(int color, int key) {
   if (!members.empty() && members.front() == rank_) {  // the new rank 0 hosts the new bootstrap root
     PLAIT_ASSIGN_OR_RETURN(ids[rank_], createPrivateUniqueId());
   }
-  PLAIT_RETURN_IF_ERROR(bootstrap_->allGather(ids.data(), sizeof(ncclUniqueId), deadline));
+  PLAIT_RETURN_IF_ERROR(exchange(ids.data(), sizeof(ncclUniqueId)));
   if (members.empty()) return out;
   out.member = true;
   out.rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());

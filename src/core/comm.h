@@ -38,11 +38,27 @@ namespace plait {
 // PLAIT_TIMEOUT in milliseconds: how long any wait for a peer may block.
 int64_t operationTimeoutMs();
 
+// A rank of this host in some communicator, and its process.
+struct PeerProcess {
+  int rank = -1;
+  int pid = 0;
+};
+
+// "; dead: rank 2 (pid 51)" for those of `peers` whose process is gone, and
+// apart those that left after aborting or destroying (per `board`, may be
+// null); `whose` follows each rank (" of the parent communicator"). Empty
+// when all live.
+class OpBoard;
+std::string deadPeersText(const std::vector<PeerProcess>& peers, const OpBoard* board, const std::string& whose);
+
 struct CommOptions {
   int maxChannels = -1;  // from ncclConfig_t.maxCTAs; -1: PLAIT_NCHANNELS decides
   bool blocking = true;
   std::string name;
   int cudaDev = -1;  // the caller's CUDA device at creation; -1: none
+  // For a child (split, shrink, grow): the parent's local peers, so that a
+  // failed init names those that died (the child's own table may not exist).
+  std::vector<PeerProcess> parentPeers;
 };
 
 class Communicator {
@@ -62,6 +78,8 @@ class Communicator {
   // not consecutive. Its LSA rank is rank() % lsaSize().
   int lsaSize() const { return lsaSize_; }
   uint64_t opCount() const { return opCount_; }
+  // This host's other ranks and their processes (empty before the bootstrap).
+  std::vector<PeerProcess> localPeerProcesses() const;
 
   // Runs one operation to completion on the calling thread (and the channel
   // workers). Returns its error, or the error that broke the communicator.

@@ -116,18 +116,30 @@ Status Communicator::runGroup(const std::vector<Task>& tasks) {
 // Ranks that aborted or destroyed their communicator and then exited (after
 // an error of their own, say) are named apart: they did not die.
 Status Communicator::withDeadPeers(Status s) const {
+  return Status(s.code(), s.message() + deadPeersText(localPeerProcesses(), board_.get(), ""));
+}
+
+std::vector<PeerProcess> Communicator::localPeerProcesses() const {
+  std::vector<PeerProcess> out;
+  if (!bootstrap_) return out;
+  const uint64_t host = bootstrap_->peer(rank_).hostHash;
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_ && bootstrap_->peer(r).hostHash == host) out.push_back(PeerProcess{r, bootstrap_->peer(r).pid});
+  return out;
+}
+
+std::string deadPeersText(const std::vector<PeerProcess>& peers, const OpBoard* board, const std::string& whose) {
   std::string dead, left;
-  for (int r = 0; r < nranks_; ++r) {
-    if (r == rank_ || !shm_ || !shm_->isLocal(r)) continue;
-    const int pid = bootstrap_->peer(r).pid;
-    if (pid <= 0 || processAlive(pid)) continue;
-    std::string& list = board_ && board_->peerDeparted(r) ? left : dead;
-    list += (list.empty() ? "" : ", ") + ("rank " + std::to_string(r)) + " (pid " + std::to_string(pid) + ")";
+  for (const PeerProcess& p : peers) {
+    if (p.pid <= 0 || processAlive(p.pid)) continue;
+    std::string& list = board && board->peerDeparted(p.rank) ? left : dead;
+    list += (list.empty() ? "" : ", ") + ("rank " + std::to_string(p.rank)) + whose + " (pid " +
+            std::to_string(p.pid) + ")";
   }
-  std::string text = s.message();
+  std::string text;
   if (!dead.empty()) text += "; dead: " + dead;
   if (!left.empty()) text += "; exited after aborting or destroying their communicator: " + left;
-  return Status(s.code(), text);
+  return text;
 }
 
 void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan) {
