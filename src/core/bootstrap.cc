@@ -46,11 +46,6 @@ constexpr int64_t kHelloTimeoutMs = 5000;
 constexpr int64_t kAbortSliceMs = 100;
 // Timeouts sent over the wire are capped so Deadline arithmetic cannot overflow.
 constexpr int64_t kMaxWireTimeoutMs = int64_t(1) << 30;
-// The root's error texts are cut to this; a rank refuses longer ones.
-constexpr uint32_t kMaxRootMessageBytes = 64 << 10;
-// A point-to-point message whose header claims more than this is not read
-// into memory it does not fit (an unexpected message is buffered whole).
-constexpr uint64_t kMaxUnexpectedBytes = uint64_t(1) << 30;
 
 using namespace bootstrap_wire;
 
@@ -222,25 +217,16 @@ class Root {
 
   // Why this hello (with the job's nonce) cannot join, or "".
   std::string rejection(const RootHello& h) const {
-    const std::string who = describe(h.info);
-    if (h.nranks < 1 || h.nranks > kMaxRanks)
-      return who + " says nranks=" + std::to_string(h.nranks) + ", outside 1.." + std::to_string(kMaxRanks);
-    if (h.nranks != nranks_)
-      return "nranks mismatch: " + who + " says nranks=" + std::to_string(h.nranks) + " but " +
-             describe(firstInfo_) + " said nranks=" + std::to_string(nranks_);
-    if (h.rank < 0 || h.rank >= nranks_) return who + " is out of range for nranks=" + std::to_string(nranks_);
-    if (h.info.rank != h.rank || !h.info.listenAddr.isValid())
-      return who + " sent a malformed hello (peer record for rank " + std::to_string(h.info.rank) + ")";
+    if (std::string why = rootHelloRejection(h, nranks_, firstInfo_); !why.empty()) return why;
     if (auto it = joined_.find(h.rank); it != joined_.end())
-      return "rank " + std::to_string(h.rank) + " joined twice: " + who + " and " + describe(it->second.info);
+      return "rank " + std::to_string(h.rank) + " joined twice: " + describe(h.info) + " and " +
+             describe(it->second.info);
     return "";
   }
 
   void admit(net::GreetingGate::Greeted g) {
-    RootHello h{};
-    std::memcpy(&h, g.greeting.data(), sizeof(h));
+    const RootHello h = decodeRootHello(g.greeting.data());
     net::Socket& s = g.socket;
-    h.info.hostname[sizeof(h.info.hostname) - 1] = 0;
     if (h.magic != kUniqueIdMagic) return reply(s, Code::kInvalidArgument, "not a Plait bootstrap hello");
     if (h.nonce != nonce_) {
       PLAIT_WARN(kBootstrap, "bootstrap root: rejected a hello from %s with another job's id (nonce)",
@@ -343,6 +329,63 @@ Result<net::SocketAddress> listenAddressFor(const net::SocketAddress& root) {
 bool isErrorCode(int32_t code) { return code > 0 && code <= static_cast<int32_t>(Code::kRemoteError); }
 
 }  // namespace
+
+// ---- checks of what arrives (bootstrap_wire.h) --------------------------------------
+
+namespace bootstrap_wire {
+
+RootHello decodeRootHello(const void* bytes) {
+  RootHello h{};
+  std::memcpy(&h, bytes, sizeof(h));
+  h.info.hostname[sizeof(h.info.hostname) - 1] = 0;
+  return h;
+}
+
+std::string rootHelloRejection(const RootHello& h, int nranks, const PeerInfo& first) {
+  const std::string who = describe(h.info);
+  if (h.nranks < 1 || h.nranks > kMaxRanks)
+    return who + " says nranks=" + std::to_string(h.nranks) + ", outside 1.." + std::to_string(kMaxRanks);
+  if (h.nranks != nranks)
+    return "nranks mismatch: " + who + " says nranks=" + std::to_string(h.nranks) + " but " + describe(first) +
+           " said nranks=" + std::to_string(nranks);
+  if (h.rank < 0 || h.rank >= nranks) return who + " is out of range for nranks=" + std::to_string(nranks);
+  if (h.info.rank != h.rank || !h.info.listenAddr.isValid())
+    return who + " sent a malformed hello (peer record for rank " + std::to_string(h.info.rank) + ")";
+  return "";
+}
+
+Status checkRootReply(const RootReply& reply) {
+  if (reply.code != 0 && (!isErrorCode(reply.code) || reply.messageBytes > kMaxRootMessageBytes))
+    return remoteError("malformed reply from the root (code " + std::to_string(reply.code) + ", " +
+                       std::to_string(reply.messageBytes) + " message bytes)");
+  return Status::ok();
+}
+
+Status checkPeerTable(PeerInfo* peers, int nranks) {
+  for (int r = 0; r < nranks; ++r) peers[r].hostname[sizeof(peers[r].hostname) - 1] = 0;
+  for (int r = 0; r < nranks; ++r)
+    if (peers[r].rank != r || !peers[r].listenAddr.isValid())
+      return remoteError("the root sent a malformed peer table (entry " + std::to_string(r) + ")");
+  return Status::ok();
+}
+
+bool peerHelloValid(const PeerHello& hello, uint64_t magic, uint64_t nonce, int nranks) {
+  return hello.magic == magic && hello.nonce == nonce && hello.rank >= 0 && hello.rank < nranks;
+}
+
+FrameAction classifyFrame(const MessageHeader& header, uint32_t kind, uint32_t tag, uint64_t bytes,
+                          uint64_t unexpectedBytes) {
+  if (header.kind == kind && header.tag == tag && header.bytes == bytes) return FrameAction::kDeliver;
+  // Anything else is read into memory first: a header no build of Plait
+  // sends (an unknown kind, or more bytes than a message may carry) means
+  // the stream is corrupt or forged, and nothing of it can be trusted.
+  if (header.kind > kLastMessageKind || header.bytes > kMaxUnexpectedBytes) return FrameAction::kMalformed;
+  if (header.kind == kind && header.tag == tag) return FrameAction::kSizeMismatch;
+  if (header.bytes > kMaxUnexpectedBytes - unexpectedBytes) return FrameAction::kOverBudget;
+  return FrameAction::kBuffer;
+}
+
+}  // namespace bootstrap_wire
 
 // ---- unique ids -------------------------------------------------------------------
 
@@ -474,10 +517,8 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::create(const ncclUniqueId& id, int
   RootReply reply{};
   if (st.isOk()) st = root->recvAll(&reply, sizeof(reply), deadline, flag);
   if (!st.isOk()) return fail(std::move(st));
+  if (Status bad = checkRootReply(reply); !bad.isOk()) return fail(std::move(bad));
   if (reply.code != 0) {
-    if (!isErrorCode(reply.code) || reply.messageBytes > kMaxRootMessageBytes)
-      return fail(remoteError("malformed reply from the root (code " + std::to_string(reply.code) + ", " +
-                              std::to_string(reply.messageBytes) + " message bytes)"));
     std::string message(reply.messageBytes, '\0');
     st = root->recvAll(message.data(), message.size(), deadline, flag);
     if (!st.isOk()) return fail(std::move(st));
@@ -485,12 +526,7 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::create(const ncclUniqueId& id, int
   }
   st = root->recvAll(bs->peers_.data(), bs->peers_.size() * sizeof(PeerInfo), deadline, flag);
   if (!st.isOk()) return fail(std::move(st));
-  for (int r = 0; r < nranks; ++r) {
-    PeerInfo& p = bs->peers_[static_cast<size_t>(r)];
-    p.hostname[sizeof(p.hostname) - 1] = 0;
-    if (p.rank != r || !p.listenAddr.isValid())
-      return fail(remoteError("the root sent a malformed peer table (entry " + std::to_string(r) + ")"));
-  }
+  if (Status bad = checkPeerTable(bs->peers_.data(), nranks); !bad.isOk()) return fail(std::move(bad));
   root->close();
 
   PLAIT_RETURN_IF_ERROR(bs->connectRing(deadline));
@@ -579,8 +615,7 @@ Status Bootstrap::acceptFrom(int peer, Deadline deadline) {
     }
     PeerHello hello{};
     std::memcpy(&hello, g->greeting.data(), sizeof(hello));
-    if (hello.magic != magic_ || hello.nonce != nonce_ || hello.rank < 0 || hello.rank >= nranks_ ||
-        recvSockets_[static_cast<size_t>(hello.rank)].isValid()) {
+    if (!peerHelloValid(hello, magic_, nonce_, nranks_) || recvSockets_[static_cast<size_t>(hello.rank)].isValid()) {
       PLAIT_WARN(kBootstrap, "rank %d: ignoring a bootstrap connection from %s: not a peer of this communicator, "
                  "or a duplicate connection", rank_, g->socket.peerAddress().toString().c_str());
       continue;
@@ -619,6 +654,7 @@ Status Bootstrap::recvMessage(int peer, Kind kind, uint32_t tag, void* data, siz
     return invalidUsage("bootstrap recv from rank " + std::to_string(peer) + " tag " + std::to_string(tag) +
                         " expected " + std::to_string(bytes) + " bytes but the message has " + std::to_string(got));
   };
+  static_assert(static_cast<uint32_t>(Kind::kBarrier) == kLastMessageKind, "classifyFrame knows every kind");
   MessageKey key{peer, kind, tag};
   if (auto it = unexpected_.find(key); it != unexpected_.end() && !it->second.empty()) {
     std::vector<char> msg = std::move(it->second.front());
@@ -635,29 +671,26 @@ Status Bootstrap::recvMessage(int peer, Kind kind, uint32_t tag, void* data, siz
     MessageHeader h{};
     Status st = s.recvAll(&h, sizeof(h), deadline, socketAbortFlag());
     if (!st.isOk()) return peerFailure(peer, "receive from", std::move(st));
-    if (h.kind == static_cast<uint32_t>(kind) && h.tag == tag && h.bytes == bytes) {
-      st = s.recvAll(data, bytes, deadline, socketAbortFlag());
-      return st.isOk() ? st : peerFailure(peer, "receive from", std::move(st));
-    }
-    // Anything else is read into memory first: a header no build of Plait
-    // sends (an unknown kind, or more bytes than a message may carry) means
-    // the stream is corrupt or forged, and nothing of it can be trusted.
-    if (h.kind > static_cast<uint32_t>(Kind::kBarrier) || h.bytes > kMaxUnexpectedBytes) {
-      s.shutdown();
-      return peerFailure(peer, "receive from",
-                         remoteError("malformed message header (kind " + std::to_string(h.kind) + ", " +
-                                     std::to_string(h.bytes) + " bytes); connection closed"));
-    }
-    if (h.kind == static_cast<uint32_t>(kind) && h.tag == tag) {
-      std::vector<char> drop(h.bytes);  // keep the stream aligned for later messages
-      st = s.recvAll(drop.data(), drop.size(), deadline, socketAbortFlag());
-      return st.isOk() ? sizeMismatch(h.bytes) : peerFailure(peer, "receive from", std::move(st));
-    }
-    if (h.bytes > kMaxUnexpectedBytes - unexpectedBytes_) {
-      s.shutdown();
-      return peerFailure(peer, "receive from",
-                         remoteError("more than " + std::to_string(kMaxUnexpectedBytes) +
-                                     " bytes of messages nobody has asked for yet; connection closed"));
+    switch (classifyFrame(h, static_cast<uint32_t>(kind), tag, bytes, unexpectedBytes_)) {
+      case FrameAction::kDeliver:
+        st = s.recvAll(data, bytes, deadline, socketAbortFlag());
+        return st.isOk() ? st : peerFailure(peer, "receive from", std::move(st));
+      case FrameAction::kMalformed:
+        s.shutdown();
+        return peerFailure(peer, "receive from",
+                           remoteError("malformed message header (kind " + std::to_string(h.kind) + ", " +
+                                       std::to_string(h.bytes) + " bytes); connection closed"));
+      case FrameAction::kSizeMismatch: {
+        std::vector<char> drop(h.bytes);  // keep the stream aligned for later messages
+        st = s.recvAll(drop.data(), drop.size(), deadline, socketAbortFlag());
+        return st.isOk() ? sizeMismatch(h.bytes) : peerFailure(peer, "receive from", std::move(st));
+      }
+      case FrameAction::kOverBudget:
+        s.shutdown();
+        return peerFailure(peer, "receive from",
+                           remoteError("more than " + std::to_string(kMaxUnexpectedBytes) +
+                                       " bytes of messages nobody has asked for yet; connection closed"));
+      case FrameAction::kBuffer: break;
     }
     unexpectedBytes_ += h.bytes;
     std::vector<char> early(h.bytes);
