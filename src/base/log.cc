@@ -132,6 +132,8 @@ void write(Level lvl, uint32_t /*subsys*/, const char* file, int line, const cha
   if (tlsRank >= 0) snprintf(rank, sizeof(rank), "%d", tlsRank);
   std::lock_guard<std::mutex> lock(s.mu);
   if (lvl == Level::kTrace) {
+    // `file` may come from a net plugin's logger call (net_plugin.h's netLogger): null is "?".
+    if (file == nullptr) file = "?";
     const char* base = std::strrchr(file, '/');
     fprintf(s.out, "%s:%d:%ld [%s] PLAIT %s %s:%d %s\n", s.host, getpid(), syscall(SYS_gettid), rank,
             levelName(lvl), base ? base + 1 : file, line, msg);

@@ -37,6 +37,7 @@ enum Subsys : uint32_t {
 // The configured level (reads the environment on first use).
 Level level();
 bool enabled(Level lvl, uint32_t subsys);
+// `file` may be null (a net plugin's logger call): printed as "?".
 void write(Level lvl, uint32_t subsys, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 5, 6)));
 // Re-reads NCCL_DEBUG* (ncclResetDebugInit, tests).

@@ -15,10 +15,12 @@
 
 #include "base/clock.h"
 #include "base/config.h"
+#include "base/log.h"
 #include "base/tls/tls.h"
 #include "transport/net/net_plugin.h"
 #include "transport/net/net_transport.h"
 #include "transport/net_test_util.h"
+#include "../scoped_env.h"
 
 using namespace plait;
 
@@ -33,6 +35,66 @@ TEST_CASE("socket net: devices and properties follow NCCL_SOCKET_IFNAME", "[net]
   CHECK(props.ptrSupport == kNetPtrHost);
   CHECK(props.maxRecvs == 1);
   CHECK(net.getProperties(1, &props) != 0);
+}
+
+// What the loader checks of a plugin (tests/fuzz, net_plugin, feeds it anything).
+TEST_CASE("net plugin loader: unusable tables and device properties are refused by name", "[net]") {
+  PlaitNetV8 table = *socketNet();
+  CHECK(checkNetTable(table, "built-in").isOk());
+  PlaitNetV8 noName = table;
+  noName.name = nullptr;
+  CHECK(checkNetTable(noName, "libnccl-net-x.so").message().find("libnccl-net-x.so has no name") != std::string::npos);
+  PlaitNetV8 longName = table;
+  const std::string tooLong(kMaxNetNameBytes + 1, 'n');
+  longName.name = tooLong.c_str();
+  CHECK_FALSE(checkNetTable(longName, "x").isOk());
+  PlaitNetV8 noIsend = table;
+  noIsend.isend = nullptr;
+  CHECK(checkNetTable(noIsend, "x").message().find("has no isend function") != std::string::npos);
+  PlaitNetV8 noDmaBuf = table;  // optional: GPUDirect RDMA is then unsupported
+  noDmaBuf.regMrDmaBuf = nullptr;
+  noDmaBuf.iflush = nullptr;
+  CHECK(checkNetTable(noDmaBuf, "x").isOk());
+
+  PlaitNetProperties props{};
+  props.ptrSupport = kNetPtrHost;
+  props.maxRecvs = 1;
+  CHECK(checkNetProperties(props, 0, "Socket").isOk());
+  props.ptrSupport = kNetPtrCuda;
+  CHECK(checkNetProperties(props, 0, "Socket").message().find("no support for host memory") != std::string::npos);
+  props.ptrSupport = kNetPtrHost;
+  props.maxRecvs = 0;
+  CHECK_FALSE(checkNetProperties(props, 0, "Socket").isOk());
+  props.maxRecvs = 1;
+  props.netDeviceType = kNetDeviceUnpack;
+  CHECK(checkNetProperties(props, 3, "X").message().find("network X device 3") != std::string::npos);
+
+  // chooseNetAmong skips an unusable table (before calling anything of it)
+  // and takes the next; NCCL_NET names one.
+  auto chosen = chooseNetAmong({{&noIsend, "broken.so"}, {&loopbackSocketNet(), "built-in"}}, "");
+  REQUIRE(chosen.isOk());
+  CHECK(chosen->from == "built-in");
+  CHECK(chooseNetAmong({{&noName, "broken.so"}}, "").status().message().find("broken.so (unusable table)") !=
+        std::string::npos);
+  CHECK(chooseNetAmong({{&loopbackSocketNet(), "built-in"}}, "IB").status().code() == Code::kInvalidArgument);
+}
+
+// Regression (tests/fuzz, net_plugin): a plugin's TRACE line without a file
+// name crashed the logger (strrchr on null).
+TEST_CASE("net plugin logger: a TRACE line with a null file name is printed, not a crash", "[net]") {
+  {
+    test::ScopedEnv level("PLAIT_DEBUG", "TRACE");
+    test::ScopedEnv subsys("PLAIT_DEBUG_SUBSYS", "NET");
+    test::ScopedEnv file("PLAIT_DEBUG_FILE", "/dev/null");
+    config::resetAll();
+    log::reset();
+    REQUIRE(log::enabled(log::Level::kTrace, log::kNet));
+    netLogger(static_cast<int>(log::Level::kTrace), 0, nullptr, 7, "%s", "a plugin's line");
+    netLogger(static_cast<int>(log::Level::kWarn), 0, nullptr, 7, "%s", "a plugin's warning");
+    CHECK(takeNetError() == "a plugin's warning");
+  }
+  config::resetAll();
+  log::reset();
 }
 
 TEST_CASE("socket net: messages of every size arrive in order over several streams", "[net]") {

@@ -3,9 +3,11 @@
 #include <dlfcn.h>
 #include <strings.h>
 
+#include <cctype>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -44,13 +46,8 @@ const PlaitNetV8* findModule(const std::string& file, std::string* from) {
   return nullptr;
 }
 
-struct Candidate {
-  const PlaitNetV8* api;
-  std::string from;
-};
-
-std::vector<Candidate> candidates(const std::string& wanted) {
-  std::vector<Candidate> list;
+std::vector<NetCandidate> candidates(const std::string& wanted) {
+  std::vector<NetCandidate> list;
   std::string from;
   const std::string& plugin = kNetPlugin.get();
   if (plugin != "none") {
@@ -72,10 +69,63 @@ std::vector<Candidate> candidates(const std::string& wanted) {
   return list;
 }
 
-Result<NetChoice> choose() {
-  const std::string wanted = kNetName.get();
+}  // namespace
+
+Status checkNetTable(const PlaitNetV8& api, const std::string& from) {
+  auto bad = [&](const std::string& what) {
+    return invalidArgument("network table from " + from + " " + what + "; it cannot be used");
+  };
+  if (api.name == nullptr) return bad("has no name");
+  const size_t length = strnlen(api.name, kMaxNetNameBytes + 1);
+  if (length == 0 || length > kMaxNetNameBytes)
+    return bad("has a name of " + std::string(length == 0 ? "no" : "more than " + std::to_string(kMaxNetNameBytes)) +
+               " characters");
+  for (size_t i = 0; i < length; ++i)
+    if (!std::isprint(static_cast<unsigned char>(api.name[i])))
+      return bad("has a name with an unprintable character (byte " + std::to_string(i) + ")");
+  const struct {
+    const char* name;
+    bool present;
+  } required[] = {{"init", api.init != nullptr},
+                  {"devices", api.devices != nullptr},
+                  {"getProperties", api.getProperties != nullptr},
+                  {"listen", api.listen != nullptr},
+                  {"connect", api.connect != nullptr},
+                  {"accept", api.accept != nullptr},
+                  {"regMr", api.regMr != nullptr},
+                  {"deregMr", api.deregMr != nullptr},
+                  {"isend", api.isend != nullptr},
+                  {"irecv", api.irecv != nullptr},
+                  {"test", api.test != nullptr},
+                  {"closeSend", api.closeSend != nullptr},
+                  {"closeRecv", api.closeRecv != nullptr},
+                  {"closeListen", api.closeListen != nullptr}};
+  for (const auto& f : required)
+    if (!f.present) return bad("(" + std::string(api.name) + ") has no " + f.name + " function");
+  return Status::ok();
+}
+
+Status checkNetProperties(const PlaitNetProperties& props, int dev, const std::string& netName) {
+  const std::string who = "network " + netName + " device " + std::to_string(dev);
+  if ((props.ptrSupport & kNetPtrHost) == 0)
+    return invalidArgument(who + " reports no support for host memory (ptrSupport " +
+                           std::to_string(props.ptrSupport) + "); Plait's buffers are host memory");
+  if (props.maxRecvs < 1)
+    return invalidArgument(who + " reports maxRecvs " + std::to_string(props.maxRecvs) + "; at least 1 is needed");
+  if (props.netDeviceType != kNetDeviceHost)
+    return invalidArgument(who + " reports device type " + std::to_string(props.netDeviceType) +
+                           "; Plait drives only host-side networks (type 0)");
+  return Status::ok();
+}
+
+Result<NetChoice> chooseNetAmong(const std::vector<NetCandidate>& candidates, const std::string& wanted) {
   std::string seen;
-  for (const Candidate& c : candidates(wanted)) {
+  for (const NetCandidate& c : candidates) {
+    if (Status bad = checkNetTable(*c.api, c.from); !bad.isOk()) {
+      PLAIT_WARN(kNet, "%s", bad.message().c_str());
+      seen += std::string(seen.empty() ? "" : ", ") + c.from + " (unusable table)";
+      continue;
+    }
     if (!wanted.empty() && strcasecmp(wanted.c_str(), c.api->name) != 0) continue;
     int ndev = 0;
     if (c.api->init(netLogger) != 0 || c.api->devices(&ndev) != 0 || ndev <= 0) {
@@ -92,8 +142,6 @@ Result<NetChoice> choose() {
                            (seen.empty() ? std::string() : " (found: " + seen + ")"));
   return systemError("no network transport has a usable device (" + seen + ")");
 }
-
-}  // namespace
 
 Result<const PlaitNetV8*> loadNetModule(const std::string& nameOrPath, std::string* loadedFrom) {
   void* lib = dlopen(nameOrPath.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -117,7 +165,7 @@ Result<NetChoice> chooseNet() {
   static Result<NetChoice> answer = internalError("unset");
   std::lock_guard<std::mutex> lock(mu);
   if (!done) {
-    answer = choose();
+    answer = chooseNetAmong(candidates(kNetName.get()), kNetName.get());
     done = true;
   }
   if (!answer.isOk()) return answer.status();

@@ -15,7 +15,9 @@
 // process and logged (NET subsystem).
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include "plait/status.hpp"
 #include "transport/net/net.h"
@@ -33,6 +35,35 @@ struct NetChoice {
   int nDevices = 0;
 };
 Result<NetChoice> chooseNet();
+
+// ---- What the loader checks of a network (a plugin is code from elsewhere,
+// often built against another NCCL; its table and answers are input) -------
+
+// The longest network name accepted (NCCL_NET matches it; it is printed).
+inline constexpr size_t kMaxNetNameBytes = 64;
+// A table Plait can use: a name of 1..kMaxNetNameBytes printable characters
+// and every function Plait calls on every path (regMrDmaBuf, iflush,
+// getDeviceMr and irecvConsumed may be null: GPUDirect RDMA then counts as
+// unsupported). InvalidArgument naming `from` and the first thing missing.
+Status checkNetTable(const PlaitNetV8& api, const std::string& from);
+// What device `dev` of network `netName` reported: host memory among its
+// pointer kinds (Plait's FIFOs are host memory), at least one receive per
+// irecv, and a host device type (Plait never runs a plugin's device-side
+// unpacking). InvalidArgument naming the network, device and field.
+Status checkNetProperties(const PlaitNetProperties& props, int dev, const std::string& netName);
+
+// A network that may be chosen, and where its table came from.
+struct NetCandidate {
+  const PlaitNetV8* api = nullptr;
+  std::string from;  // "built-in" or the module's path
+};
+// chooseNet's rule over an explicit list in priority order: the first
+// candidate whose table passes checkNetTable (others are skipped with a
+// WARN), whose init() succeeds and that reports at least one device; with
+// `wanted` (NCCL_NET) non-empty only a candidate of that name
+// (case-insensitive). Calls init() and devices() of the candidates it tries.
+// InvalidArgument when `wanted` finds nothing usable, SystemError otherwise.
+Result<NetChoice> chooseNetAmong(const std::vector<NetCandidate>& candidates, const std::string& wanted);
 
 // Loads a module and returns its table (not yet initialised). `nameOrPath`
 // is given to dlopen as is. Fails with kSystemError naming dlerror().

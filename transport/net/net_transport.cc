@@ -132,7 +132,9 @@ Result<std::shared_ptr<NetGpuMemory>> NetTransport::chooseGpuMemory(const NetTra
   if (mode < -1 || mode > 1)
     return invalidArgument("PLAIT_NET_GDR=" + std::to_string(mode) + ": -1 (auto), 0 (off) or 1 (on)");
   if (!o.gpu || mode == 0) return std::shared_ptr<NetGpuMemory>();
-  const bool dmabuf = (props.ptrSupport & kNetPtrDmaBuf) != 0 && (props.ptrSupport & kNetPtrCuda) != 0;
+  // The two functions GPUDirect RDMA needs are optional in a plugin's table (checkNetTable).
+  const bool dmabuf = (props.ptrSupport & kNetPtrDmaBuf) != 0 && (props.ptrSupport & kNetPtrCuda) != 0 &&
+                      net_->regMrDmaBuf != nullptr && net_->iflush != nullptr;
   if (mode == 1) {
     if (!dmabuf)
       return invalidUsage(description_ + " cannot register GPU memory (its plugin reports no dmabuf support); "
@@ -216,6 +218,7 @@ Result<std::unique_ptr<NetTransport>> NetTransport::connect(OobExchange& oob, co
   t->dev_ = options.localRank % choice.nDevices;
   PlaitNetProperties props{};
   if (t->net_->getProperties(t->dev_, &props) != 0) return systemError("network device properties: " + takeNetError());
+  PLAIT_RETURN_IF_ERROR(checkNetProperties(props, t->dev_, t->net_->name));
   t->description_ = std::string("NET/") + t->net_->name + "/" + (props.name ? props.name : "?");
   PLAIT_ASSIGN_OR_RETURN(t->gpu_, t->chooseGpuMemory(options, props));
   if (t->gpu_) t->description_ += "/GDRDMA";
