@@ -67,10 +67,14 @@ class SocketAddress {
   friend bool operator==(const SocketAddress& a, const SocketAddress& b);
 
  private:
+  // `addr_{}` zeroes only the union's first member, so that is the largest:
+  // with `sa` first, clang left sin6_scope_id (bytes 24..27) indeterminate,
+  // and an IPv6 address without a scope compared unequal to itself parsed
+  // again, or connected with a random scope (found by tests/fuzz, env).
   union Storage {
+    sockaddr_in6 v6;
     sockaddr sa;
     sockaddr_in v4;
-    sockaddr_in6 v6;
   };
   Storage addr_{};
 };

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstring>
+#include <new>
 #include <thread>
 
 #include "base/socket.h"
@@ -49,6 +51,28 @@ TEST_CASE("SocketAddress parses and prints IPv4, IPv6 and host names", "[socket]
   CHECK_FALSE(addr("1.2.3.4:5") == addr("1.2.3.4:6"));
   CHECK(SocketAddress().toString() == "<invalid>");
   CHECK(SocketAddress::loopback(AF_INET6, 7).toString() == "[::1]:7");
+}
+
+// Regression (tests/fuzz, env): the storage was a union whose `{}` zeroed
+// only its first, 16-byte member; under clang sin6_scope_id kept whatever
+// the memory held, so "[fe80::1]:1" parsed twice compared unequal.
+TEST_CASE("SocketAddress: every byte of a new address is zero; IPv6 without a scope has scope 0", "[socket]") {
+  alignas(SocketAddress) unsigned char raw[sizeof(SocketAddress)];
+  std::memset(raw, 0xa5, sizeof(raw));
+  auto* fresh = new (raw) SocketAddress();
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(fresh->sockaddrPtr());
+  for (size_t i = 0; i < sizeof(sockaddr_in6); ++i) {
+    INFO("byte " << i);
+    CHECK(bytes[i] == 0);
+  }
+  fresh->~SocketAddress();
+  for (const char* text : {"[fe80:fe80::1]:1", "[::1]:5678", "[fd00::2]:80"}) {
+    INFO(text);
+    SocketAddress a = addr(text);
+    CHECK(reinterpret_cast<const sockaddr_in6*>(a.sockaddrPtr())->sin6_scope_id == 0);
+    CHECK(addr(a.toString().c_str()) == a);
+    CHECK(addr(text) == a);
+  }
 }
 
 TEST_CASE("SocketAddress::parse rejects malformed text with a message", "[socket]") {
