@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace plait::topo {
@@ -142,14 +143,26 @@ class SystemBuilder {
   void connectCpus();
   void finish();
 
+  // Registers a GPU's or NET's `dev`; one seen twice is an error: graph files
+  // (graph_xml.h) name devices by it, so a duplicate would make them mean
+  // another device than the one written.
+  Status claimDev(std::set<int64_t>& seen, const char* kind, int64_t dev);
+
   TopoSystem sys_;
   std::map<std::string, int> byBusId_;  // GPU / PCI / NIC node by bus id
+  std::set<int64_t> gpuDevs_, netDevs_;
   int nvs_ = -1;
 };
 
 Status SystemBuilder::claimBusId(const std::string& busId, int node) {
   if (!byBusId_.emplace(busId, node).second)
     return invalidArgument("bus id " + busId + " appears twice in the topology");
+  return Status::ok();
+}
+
+Status SystemBuilder::claimDev(std::set<int64_t>& seen, const char* kind, int64_t dev) {
+  if (!seen.insert(dev).second)
+    return invalidArgument(std::string(kind) + " dev=" + std::to_string(dev) + " appears twice in the topology");
   return Status::ok();
 }
 
@@ -196,6 +209,7 @@ Result<int> SystemBuilder::addNic(const XmlNode& xmlNic, int parent, double bw) 
   for (const XmlNode& xmlNet : xmlNic.children) {
     if (xmlNet.name != "net" || !xmlNet.hasAttr("dev")) continue;
     PLAIT_ASSIGN_OR_RETURN(int64_t dev, xmlNet.intAttrIn("dev", -1, 0, kMaxId));
+    PLAIT_RETURN_IF_ERROR(claimDev(netDevs_, "<net>", dev));
     PLAIT_ASSIGN_OR_RETURN(int64_t mbps, xmlNet.intAttrIn("speed", 0, -1, kMaxMbps));
     PLAIT_ASSIGN_OR_RETURN(double latency, xmlNet.floatAttrIn("latency", 0, 0, 1e9));
     PLAIT_ASSIGN_OR_RETURN(int64_t port, xmlNet.intAttrIn("port", 0, 0, 65535));
@@ -231,6 +245,7 @@ Status SystemBuilder::addPci(const XmlNode& xml, int parent) {
   int node = -1;
   if (const XmlNode* xmlGpu = xml.child("gpu")) {
     PLAIT_ASSIGN_OR_RETURN(int64_t dev, xmlGpu->intAttrIn("dev", sys_.count(NodeType::kGpu), 0, kMaxId));
+    PLAIT_RETURN_IF_ERROR(claimDev(gpuDevs_, "<gpu>", dev));
     PLAIT_ASSIGN_OR_RETURN(int64_t rank, xmlGpu->intAttrIn("rank", dev, 0, INT32_MAX));
     PLAIT_ASSIGN_OR_RETURN(int64_t sm, xmlGpu->intAttrIn("sm", 0, 0, 10000));
     PLAIT_ASSIGN_OR_RETURN(int64_t gdr, xmlGpu->intAttrIn("gdr", 0, 0, 1));

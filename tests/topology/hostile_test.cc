@@ -119,6 +119,21 @@ TEST_CASE("A bus id that appears twice is an error", "[topology][hostile]") {
   CHECK(err == "");
 }
 
+// Regression (tests/fuzz, topology_xml): two GPUs with one dev were
+// accepted, and a graph written for that system read back naming the first
+// GPU for both.
+TEST_CASE("A GPU or NET dev that appears twice is an error", "[topology][hostile]") {
+  const std::string gpus = R"(<system version="1"><cpu numaid="0" affinity="ff">
+    <pci busid="0000:01:00.0" class="0x030200"><gpu dev="0" sm="80"/></pci>
+    <pci busid="0000:02:00.0" class="0x030200"><gpu dev="0" sm="80"/></pci></cpu></system>)";
+  CHECK(buildError(gpus).find("<gpu> dev=0 appears twice") != std::string::npos);
+  const std::string nets = R"(<system version="1"><cpu numaid="0" affinity="ff"><nic>
+    <net name="eth0" dev="3" speed="10000" port="1"/><net name="eth1" dev="3" speed="10000" port="1"/></nic></cpu></system>)";
+  CHECK(buildError(nets).find("<net> dev=3 appears twice") != std::string::npos);
+  for (const char* machine : {"dgx_a100.xml", "hgx_h100.xml", "dgx1_v100.xml", "pcie_4gpu_2socket.xml"})
+    CHECK(loadMachine(machine).count(NodeType::kGpu) > 0);
+}
+
 TEST_CASE("The NUMA node of a CPU comes from the <cpu> affinity masks", "[topology][hostile]") {
   TopoSystem sys = loadMachine("cpu_2socket.xml");  // NUMA 0: CPUs 0-31, NUMA 1: CPUs 32-63
   CHECK(numaNodeOfCpu(sys, 0) == 0);
