@@ -358,7 +358,10 @@ Result<int> tasksOnNode(std::string_view spec, int nodeIndex) {
            parseNonNegative(times.substr(1, times.size() - 2), &repeat);
     }
     if (!ok || tasks > INT32_MAX) return invalidArgument("malformed tasks-per-node item '" + std::string(item) + "'");
-    if (nodeIndex >= node && nodeIndex < node + repeat) return static_cast<int>(tasks);
+    if (nodeIndex >= node && nodeIndex - node < repeat) return static_cast<int>(tasks);
+    // Past every node an int can index: the rest cannot hold nodeIndex, and
+    // adding a repeat of up to 2^63-1 must not overflow (found by tests/fuzz, env).
+    if (repeat > INT32_MAX - node) break;
     node += repeat;
   }
   return invalidArgument("node index " + std::to_string(nodeIndex) + " is beyond '" + std::string(spec) + "'");

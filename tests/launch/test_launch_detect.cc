@@ -223,6 +223,10 @@ TEST_CASE("Slurm tasks per node", "[launch]") {
   CHECK_FALSE(detail::tasksOnNode("2(x3),1", 4).isOk());
   CHECK_FALSE(detail::tasksOnNode("2(3)", 0).isOk());
   CHECK_FALSE(detail::tasksOnNode("", 0).isOk());
+  // Repeats up to 2^63-1 (signed overflow before; UB under UBSan).
+  CHECK(detail::tasksOnNode("1(x1),3(x9223372036854775807)", 5).value() == 3);
+  CHECK(detail::tasksOnNode("1(x9223372036854775807),2(x9223372036854775807)", 2147483647).value() == 1);
+  CHECK_FALSE(detail::tasksOnNode("1(x2147483647),2(x9223372036854775807)", -1).isOk());
 }
 
 TEST_CASE("comm id addresses", "[launch]") {
