@@ -230,6 +230,7 @@ class Communicator {
   Status checkAgreement() const;
   WaitCheck agreementCheck() const;
   Status withDeadPeers(Status s) const;
+  std::string whereRanksAre() const;
   void logPlanOnce(const Task& task, size_t bytes, const Plan& plan);
   Status unrunnableSelection(const Task& task, size_t bytes) const;
   void tagged(const Task& task, size_t bytes, const char* algo) const;

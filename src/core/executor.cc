@@ -41,6 +41,8 @@ Status Communicator::guarded(const char* what, Body body) {
   if (!s.isOk()) {
     s.withContext(std::string(what) + " #" + std::to_string(opCount_) + " on rank " + std::to_string(rank_));
     if (s.code() == Code::kRemoteError) s = withDeadPeers(std::move(s));
+    if (s.code() == Code::kRemoteError && board_ && s.message().find("timed out after") != std::string::npos)
+      s = Status(s.code(), s.message() + "; " + whereRanksAre());
     // Argument errors are found before data moves; ranks that disagree on
     // the collective have moved some, so their pipelines are torn.
     const bool tornPipelines = disagreed_.load(std::memory_order_acquire);
@@ -117,6 +119,14 @@ Status Communicator::runGroup(const std::vector<Task>& tasks) {
 // an error of their own, say) are named apart: they did not die.
 Status Communicator::withDeadPeers(Status s) const {
   return Status(s.code(), s.message() + deadPeersText(localPeerProcesses(), board_.get(), ""));
+}
+
+// The op board's view of this host's ranks, and how many it cannot see.
+std::string Communicator::whereRanksAre() const {
+  std::string text = "on this host, " + board_->positions();
+  const int remote = nranks_ - 1 - static_cast<int>(localPeerProcesses().size());
+  if (remote > 0) text += "; " + std::to_string(remote) + " rank(s) on other hosts not seen from here";
+  return text;
 }
 
 std::vector<PeerProcess> Communicator::localPeerProcesses() const {

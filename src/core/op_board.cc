@@ -1,6 +1,8 @@
 #include "core/op_board.h"
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <new>
 
 #include "algorithms/types.h"
@@ -118,6 +120,38 @@ std::string OpBoard::describe(const Snapshot& s) {
   if (reduces(coll)) text += std::string(", ") + opKindName(s.opKind);
   if (rooted(coll)) text += ", root " + std::to_string(s.root);
   return text + ")";
+}
+
+std::string OpBoard::positions() const {
+  // Ranks grouped by what they announced, in rank order within a group.
+  std::map<std::string, std::vector<int>> groups;
+  std::vector<std::pair<uint64_t, std::string>> order;  // (seq, text): the furthest first
+  auto add = [&](int rank, const Line& line) {
+    Snapshot s;
+    std::string text;
+    if (line.departed.load(std::memory_order_acquire) != 0) text = "gone (aborted or destroyed its communicator)";
+    else if (!read(line, &s)) text = "changing its operation";
+    else if (s.seq == 0) text = "before its first collective";
+    else if (s.coll == kBatch) text = "in a group of point-to-point operations (through collective #" +
+                                      std::to_string(s.seq) + ")";
+    else text = describe(s);
+    if (groups[text].empty()) order.emplace_back(s.seq, text);
+    groups[text].push_back(rank);
+  };
+  add(rank_, *static_cast<const Line*>(own_.data()));
+  for (const auto& [peer, line] : peerLines_) add(peer, *line);
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string out;
+  for (const auto& [seq, text] : order) {
+    std::vector<int>& ranks = groups[text];
+    std::sort(ranks.begin(), ranks.end());
+    std::string who = ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < ranks.size(); ++i)
+      who += (i ? ", " : "") + std::to_string(ranks[i]) + (ranks[i] == rank_ ? " (this one)" : "");
+    out += (out.empty() ? "" : "; ") + who + (ranks.size() == 1 ? " is " : " are ") +
+           (text.find('#') != std::string::npos && text.find("group") == std::string::npos ? "at " : "") + text;
+  }
+  return out;
 }
 
 Status OpBoard::check() const {

@@ -49,6 +49,11 @@ class OpBoard {
   // otherwise (including peers at another number: they may just be slow).
   // Thread-safe; reads only.
   Status check() const;
+  // Where this rank and its local peers are, grouped: "ranks 0, 2 wait in
+  // AllGather #13 (count 4, float); rank 1 is at AllReduce #12 (count 4,
+  // float, sum)" — for a timeout's error: who never arrived, who runs
+  // something else. Thread-safe; reads only.
+  std::string positions() const;
   // This rank aborted or destroyed its communicator: peers that later find
   // its process gone know it left on purpose rather than died.
   void markDeparted();

@@ -5,8 +5,11 @@
 // waited the whole timeout and failed with a time-out.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -94,4 +97,35 @@ TEST_CASE("The same collectives grouped on one rank and not on the other still a
     return buf[0] == 2.0f && buf.back() == 2.0f ? "" : "AllReduce result";
   });
   for (const auto& f : failures) FAIL(f);
+}
+
+// Run with PLAIT_TIMEOUT=2 (test_api_missing_rank): a rank that never calls
+// the next collective cannot be told from a slow one, so the others wait out
+// the timeout, but their error says where every rank of the host is.
+TEST_CASE("A timeout says which rank never arrived and where it is", "[missing]") {
+  std::atomic<int> failed{0};
+  std::vector<std::string> messages(3);
+  auto failures = plait_test::runThreads(3, [&](int rank, ncclComm_t comm) -> std::string {
+    std::vector<float> buf(256, 1.0f);
+    if (ncclAllReduce(buf.data(), buf.data(), 256, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess)
+      return std::string("AllReduce: ") + ncclGetLastError(comm);
+    if (rank == 1) {  // skips the AllGather; stays until the others gave up
+      while (failed.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return "";
+    }
+    std::vector<float> gathered(3 * 256);
+    ncclResult_t r = ncclAllGather(buf.data(), gathered.data(), 256, ncclFloat, comm, nullptr);
+    messages[rank] = ncclGetLastError(comm);
+    failed.fetch_add(1);
+    while (failed.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // no abort before both
+    return r == ncclRemoteError ? "" : "AllGather without rank 1 returned " + std::to_string(r);
+  });
+  for (const auto& f : failures) FAIL(f);
+  for (int rank : {0, 2}) {
+    INFO("rank " << rank << ": " << messages[rank]);
+    CHECK(messages[rank].find("timed out") != std::string::npos);
+    CHECK(messages[rank].find("rank 1 is at AllReduce #1 (count 256, float, sum)") != std::string::npos);
+    const std::string waiting = rank == 0 ? "ranks 0 (this one), 2" : "ranks 0, 2 (this one)";
+    CHECK(messages[rank].find(waiting + " are at AllGather #2 (count 256, float)") != std::string::npos);
+  }
 }
