@@ -360,7 +360,7 @@ Result<int> tasksOnNode(std::string_view spec, int nodeIndex) {
     if (!ok || tasks > INT32_MAX) return invalidArgument("malformed tasks-per-node item '" + std::string(item) + "'");
     if (nodeIndex >= node && nodeIndex - node < repeat) return static_cast<int>(tasks);
     // Past every node an int can index: the rest cannot hold nodeIndex, and
-    // adding a repeat of up to 2^63-1 must not overflow (found by tests/fuzz, env).
+    // adding a repeat of up to 2^63-1 must not overflow.
     if (repeat > INT32_MAX - node) break;
     node += repeat;
   }
