@@ -33,6 +33,8 @@ namespace {
 constexpr int kSlurmPortBase = 20000;
 constexpr int kSlurmPortSpan = 10000;
 constexpr size_t kMaxHosts = 1000000;
+// A host name's longest (DNS's limit); hostlists expand to at most kMaxHosts of them.
+constexpr size_t kMaxHostNameBytes = 253;
 // An id file older than this process by more than this is a leftover.
 constexpr int64_t kIdFileStaleSlackNs = 60LL * 1000 * 1000 * 1000;
 constexpr auto kIdFilePollInterval = std::chrono::milliseconds(5);
@@ -305,9 +307,13 @@ Status expandRanges(std::string_view body, std::vector<std::string>* values) {
     std::string_view lowText = part.substr(0, dash);
     std::string_view highText = dash == std::string_view::npos ? lowText : part.substr(dash + 1);
     int64_t low = 0, high = 0;
-    if (!parseNonNegative(lowText, &low) || !parseNonNegative(highText, &high) || high < low)
+    if (!parseNonNegative(lowText, &low) || !parseNonNegative(highText, &high) || high < low ||
+        lowText.size() > kMaxHostNameBytes)  // its zero padding is every value's width
       return invalidArgument("bad range '" + std::string(part) + "' in '[" + std::string(body) + "]'");
-    if (static_cast<size_t>(high - low) >= kMaxHosts) return invalidArgument("range '" + std::string(part) + "' is too large");
+    // The whole bracket, not each range, is bounded: "[0-999999,0-999999,...]"
+    // would otherwise grow without limit.
+    if (static_cast<size_t>(high - low) >= kMaxHosts - values->size())
+      return invalidArgument("'[" + std::string(body) + "]' names more than 1000000 hosts");
     for (int64_t v = low; v <= high; ++v) {
       std::string digits = std::to_string(v);
       if (digits.size() < lowText.size()) digits.insert(0, lowText.size() - digits.size(), '0');
@@ -319,9 +325,13 @@ Status expandRanges(std::string_view body, std::vector<std::string>* values) {
 
 // Expands every bracket group of one name, left to right.
 Status expandName(const std::string& prefix, std::string_view rest, std::vector<std::string>* out) {
+  if (prefix.size() > kMaxHostNameBytes)
+    return invalidArgument("a host name longer than " + std::to_string(kMaxHostNameBytes) + " characters");
   size_t open = rest.find('[');
   if (open == std::string_view::npos) {
     if (rest.find(']') != std::string_view::npos) return invalidArgument("unbalanced ']' in '" + std::string(rest) + "'");
+    if (prefix.size() + rest.size() > kMaxHostNameBytes)
+      return invalidArgument("a host name longer than " + std::to_string(kMaxHostNameBytes) + " characters");
     out->push_back(prefix + std::string(rest));
     return out->size() > kMaxHosts ? invalidArgument("more than 1000000 hosts") : Status::ok();
   }

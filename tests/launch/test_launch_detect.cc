@@ -213,6 +213,17 @@ TEST_CASE("Slurm hostlists expand", "[launch][hostlist]") {
     CHECK_THAT(hosts.status().message(), Catch::Contains(bad));
   }
   CHECK_FALSE(detail::expandHostlist("n[0-9999999]").isOk());
+  // Bounded as a whole (tests/fuzz env: 40 ranges of a million in one
+  // bracket allocated 2 GiB): a bracket's ranges together, zero padding and
+  // names each at most a DNS name long.
+  std::string manyRanges = "n[0-999999";
+  for (int i = 0; i < 40; ++i) manyRanges += ",0-999999";
+  manyRanges += "]";
+  CHECK_THAT(detail::expandHostlist(manyRanges).status().message(), Catch::Contains("more than 1000000 hosts"));
+  CHECK(detail::expandHostlist("n[0-499999,500000-999999]").value().size() == 1000000);
+  CHECK_FALSE(detail::expandHostlist("n[" + std::string(300, '0') + "-9]").isOk());
+  CHECK_THAT(detail::expandHostlist(std::string(300, 'h') + "[1-2]").status().message(), Catch::Contains("longer than"));
+  CHECK(detail::expandHostlist(std::string(250, 'h') + "[1-2]").isOk());
 }
 
 TEST_CASE("Slurm tasks per node", "[launch]") {
