@@ -4,6 +4,7 @@
 set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config  # toolchain
+  clang libclang-rt-14-dev llvm               # libFuzzer targets (scripts/fuzz.sh); llvm-symbolizer
   catch2 libbenchmark-dev                     # tests, microbenchmarks
   libpugixml-dev nlohmann-json3-dev libcli11-dev  # topology XML, tools' JSON and flags
   libhwloc-dev libucx-dev libibverbs-dev      # topology detection, network transports

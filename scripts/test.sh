@@ -2,13 +2,14 @@
 # Sets up, builds and runs every test: the full suite (unit, multi-rank,
 # multi-process, tools); the CUDA kernels on the device emulator (emu/); then
 # the unit and multi-process tests again under AddressSanitizer +
-# UndefinedBehaviorSanitizer.
+# UndefinedBehaviorSanitizer; last, the libFuzzer targets over their corpora.
 #   scripts/test.sh            everything CI runs (under 45 minutes on 2 cores)
 #   PLAIT_NIGHTLY=1 scripts/test.sh   also the heavy parts: the collective
 #                              sweeps over all 12 types on the emulator and
 #                              under ASan, and the emulator's tests again
-#                              under ThreadSanitizer
-#   SKIP_EMULATION=1 SKIP_SANITIZE=1 scripts/test.sh
+#                              under ThreadSanitizer, and each fuzz target
+#                              for 120 s instead of 10
+#   SKIP_EMULATION=1 SKIP_SANITIZE=1 SKIP_FUZZ=1 scripts/test.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Each phase says how long it took (CI keeps the whole run under 45 minutes).
@@ -96,4 +97,14 @@ if [[ "${SKIP_SANITIZE:-0}" != 1 ]]; then
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure --timeout 900 -LE "$skip")  # forks: see tests/api/CMakeLists.txt
   phase asan-tests
+fi
+# libFuzzer targets (tests/fuzz): built with clang into build-fuzz, each run
+# over its committed corpus for PLAIT_FUZZ_SECONDS (10 s; nightly 120 s).
+if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
+  if command -v clang++ >/dev/null && command -v clang >/dev/null; then
+    "$ROOT/scripts/fuzz.sh"
+    phase fuzz
+  else
+    echo "test.sh: fuzzing skipped: no clang (scripts/setup.sh installs clang, libclang-rt-14-dev, llvm)"
+  fi
 fi
