@@ -109,6 +109,10 @@ class Bootstrap {
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   const PeerInfo& peer(int r) const { return peers_[static_cast<size_t>(r)]; }
+  // The job's id magic and secret nonce: other services of the communicator
+  // (core/op_status.h) greet with them too.
+  uint64_t magic() const { return magic_; }
+  uint64_t nonce() const { return nonce_; }
 
   // The operations below are collective or point-to-point over the
   // bootstrap network. They are NOT thread-safe with each other: one thread

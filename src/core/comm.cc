@@ -147,6 +147,12 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
   const int nChannels = *std::min_element(wants.begin(), wants.end());
   PLAIT_RETURN_IF_ERROR(connectTransports(deadline, nChannels));
   PLAIT_ASSIGN_OR_RETURN(board_, OpBoard::create(*bootstrap_, local, deadline));
+  if (local.size() < static_cast<size_t>(nranks_)) {  // every rank sees the same table: all or none create it
+    std::vector<int> remote;
+    for (int r = 0; r < nranks_; ++r)
+      if (std::find(local.begin(), local.end(), r) == local.end()) remote.push_back(r);
+    PLAIT_ASSIGN_OR_RETURN(status_, OpStatus::create(*bootstrap_, std::move(remote), deadline));
+  }
   if (nChannels > 1) workers_ = std::make_unique<ChannelWorkers>(nChannels - 1);
   PLAIT_INFO(kInit, "comm %s rank %d nranks %d: %zu local rank(s), %d channel(s)", name_.c_str(), rank_, nranks_,
              local.size(), nChannels);
@@ -300,6 +306,7 @@ void Communicator::abortParts() {
   std::lock_guard<std::mutex> lock(partsMu_);
   if (initRunning_) return;
   if (board_) board_->markDeparted();
+  if (status_) status_->markDeparted();
   if (device_) device_->abort();
   if (deviceShm_) deviceShm_->abort();
   if (deviceNet_) deviceNet_->abort();
@@ -312,6 +319,7 @@ void Communicator::abortParts() {
 Communicator::~Communicator() {
   rma_.reset();  // its agent writes into windows
   if (board_) board_->markDeparted();
+  status_.reset();  // its threads answer peers' questions until here
   releaseDevice();  // first: kernels may still use the FIFOs
   workers_.reset();
   shm_.reset();

@@ -24,6 +24,7 @@
 #include "core/device_backend.h"
 #include "core/direct.h"
 #include "core/op_board.h"
+#include "core/op_status.h"
 #include "core/symmetric.h"
 #include "core/task.h"
 #include "core/tuner.h"
@@ -254,6 +255,7 @@ class Communicator {
   std::unique_ptr<ChannelWorkers> workers_;
   std::unique_ptr<DirectPath> direct_;
   std::unique_ptr<OpBoard> board_;  // null without local peers
+  std::unique_ptr<OpStatus> status_;  // null without ranks on other hosts
   int cudaDev_ = -1;
   std::vector<DeviceIdentity> devices_;   // per rank, exchanged at init
   int deviceChannels_ = 0;                // ring channels the device path connected

@@ -41,7 +41,7 @@ Status Communicator::guarded(const char* what, Body body) {
   if (!s.isOk()) {
     s.withContext(std::string(what) + " #" + std::to_string(opCount_) + " on rank " + std::to_string(rank_));
     if (s.code() == Code::kRemoteError) s = withDeadPeers(std::move(s));
-    if (s.code() == Code::kRemoteError && board_ && s.message().find("timed out after") != std::string::npos)
+    if (s.code() == Code::kRemoteError && (board_ || status_) && s.message().find("timed out after") != std::string::npos)
       s = Status(s.code(), s.message() + "; " + whereRanksAre());
     // Argument errors are found before data moves; ranks that disagree on
     // the collective have moved some, so their pipelines are torn.
@@ -61,6 +61,7 @@ void Communicator::announce(const Task& task) {
   if (task.coll == CollType::kSend || task.coll == CollType::kRecv) return;
   ++collSeq_;
   if (board_) board_->publish(collSeq_, task);
+  if (status_) status_->publish(collSeq_, task);
 }
 
 // The collectives of a group's point-to-point batch (AlltoAll, Gather,
@@ -75,17 +76,18 @@ void Communicator::announceBatch(const std::vector<Task>& tasks) {
       any = true;
     }
   if (any && board_) board_->publishBatch(collSeq_);
+  if (any && status_) status_->publishBatch(collSeq_);
 }
 
 Status Communicator::checkAgreement() const {
-  if (!board_) return Status::ok();
-  Status s = board_->check();
+  Status s = board_ ? board_->check() : Status::ok();
+  if (s.isOk() && status_) s = status_->check();
   if (!s.isOk()) disagreed_.store(true, std::memory_order_release);
   return s;
 }
 
 WaitCheck Communicator::agreementCheck() const {
-  if (!board_) return WaitCheck{};
+  if (!board_ && !status_) return WaitCheck{};
   return WaitCheck{[](const void* self) { return static_cast<const Communicator*>(self)->checkAgreement(); }, this};
 }
 
@@ -121,11 +123,23 @@ Status Communicator::withDeadPeers(Status s) const {
   return Status(s.code(), s.message() + deadPeersText(localPeerProcesses(), board_.get(), ""));
 }
 
-// The op board's view of this host's ranks, and how many it cannot see.
+// Every rank's position for a timeout's error: this host's from the op
+// board, the others' asked now (core/op_status.h).
 std::string Communicator::whereRanksAre() const {
-  std::string text = "on this host, " + board_->positions();
-  const int remote = nranks_ - 1 - static_cast<int>(localPeerProcesses().size());
-  if (remote > 0) text += "; " + std::to_string(remote) + " rank(s) on other hosts not seen from here";
+  std::vector<RankPosition> all;
+  if (board_) all = board_->positions();
+  else all.push_back(status_->self());
+  if (status_) {
+    std::vector<RankPosition> remote = status_->surveyNow(Deadline::afterMs(2000));
+    all.insert(all.end(), remote.begin(), remote.end());
+  }
+  const int seen = static_cast<int>(all.size());
+  auto who = [this](int r) {
+    const PeerInfo& p = bootstrap_->peer(r);
+    return " (host " + std::string(p.hostname) + ", pid " + std::to_string(p.pid) + ")";
+  };
+  std::string text = "where the ranks are: " + formatPositions(std::move(all), rank_, who);
+  if (seen < nranks_) text += "; " + std::to_string(nranks_ - seen) + " rank(s) not asked";
   return text;
 }
 

@@ -66,8 +66,7 @@ Result<std::unique_ptr<OpBoard>> OpBoard::create(Bootstrap& bootstrap, const std
   return board;
 }
 
-void OpBoard::publish(uint64_t seq, const Task& task) {
-  Line& line = *static_cast<Line*>(own_.data());
+void OpBoard::write(Line& line, uint64_t seq, const Task& task) {
   const uint64_t v = line.version.load(std::memory_order_relaxed);
   line.version.store(v + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
@@ -80,8 +79,7 @@ void OpBoard::publish(uint64_t seq, const Task& task) {
   line.version.store(v + 2, std::memory_order_release);
 }
 
-void OpBoard::publishBatch(uint64_t seq) {
-  Line& line = *static_cast<Line*>(own_.data());
+void OpBoard::writeBatch(Line& line, uint64_t seq) {
   const uint64_t v = line.version.load(std::memory_order_relaxed);
   line.version.store(v + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
@@ -89,6 +87,10 @@ void OpBoard::publishBatch(uint64_t seq) {
   line.coll.store(kBatch, std::memory_order_relaxed);
   line.version.store(v + 2, std::memory_order_release);
 }
+
+void OpBoard::publish(uint64_t seq, const Task& task) { write(*static_cast<Line*>(own_.data()), seq, task); }
+
+void OpBoard::publishBatch(uint64_t seq) { writeBatch(*static_cast<Line*>(own_.data()), seq); }
 
 void OpBoard::markDeparted() {
   static_cast<Line*>(own_.data())->departed.store(1, std::memory_order_release);
@@ -100,7 +102,7 @@ bool OpBoard::peerDeparted(int rank) const {
   return false;
 }
 
-bool OpBoard::read(const Line& line, Snapshot* out) {
+bool OpBoard::read(const Line& line, OpRecord* out) {
   const uint64_t v1 = line.version.load(std::memory_order_acquire);
   if (v1 & 1) return false;
   out->seq = line.seq.load(std::memory_order_relaxed);
@@ -113,57 +115,74 @@ bool OpBoard::read(const Line& line, Snapshot* out) {
   return line.version.load(std::memory_order_relaxed) == v1;
 }
 
-std::string OpBoard::describe(const Snapshot& s) {
-  const auto coll = static_cast<CollType>(s.coll);
-  std::string text = std::string(collName(coll)) + " #" + std::to_string(s.seq) + " (count " +
-                     std::to_string(s.count) + ", " + typeName(static_cast<ncclDataType_t>(s.type));
-  if (reduces(coll)) text += std::string(", ") + opKindName(s.opKind);
-  if (rooted(coll)) text += ", root " + std::to_string(s.root);
+bool OpRecord::isBatch() const { return coll == kBatch; }
+
+std::string OpRecord::describe() const {
+  if (seq == 0) return "before its first collective";
+  if (isBatch()) return "in a group of point-to-point operations (through collective #" + std::to_string(seq) + ")";
+  const auto c = static_cast<CollType>(coll);
+  std::string text = std::string(collName(c)) + " #" + std::to_string(seq) + " (count " + std::to_string(count) +
+                     ", " + typeName(static_cast<ncclDataType_t>(type));
+  if (reduces(c)) text += std::string(", ") + opKindName(opKind);
+  if (rooted(c)) text += ", root " + std::to_string(root);
   return text + ")";
 }
 
-std::string OpBoard::positions() const {
-  // Ranks grouped by what they announced, in rank order within a group.
-  std::map<std::string, std::vector<int>> groups;
-  std::vector<std::pair<uint64_t, std::string>> order;  // (seq, text): the furthest first
+std::string OpBoard::positionText(const Line& line) {
+  if (line.departed.load(std::memory_order_acquire) != 0) return "gone (aborted or destroyed its communicator)";
+  OpRecord r;
+  if (!read(line, &r)) return "changing its operation";
+  return r.describe();
+}
+
+std::vector<RankPosition> OpBoard::positions() const {
+  std::vector<RankPosition> out;
   auto add = [&](int rank, const Line& line) {
-    Snapshot s;
-    std::string text;
-    if (line.departed.load(std::memory_order_acquire) != 0) text = "gone (aborted or destroyed its communicator)";
-    else if (!read(line, &s)) text = "changing its operation";
-    else if (s.seq == 0) text = "before its first collective";
-    else if (s.coll == kBatch) text = "in a group of point-to-point operations (through collective #" +
-                                      std::to_string(s.seq) + ")";
-    else text = describe(s);
-    if (groups[text].empty()) order.emplace_back(s.seq, text);
-    groups[text].push_back(rank);
+    OpRecord r;
+    read(line, &r);  // the number orders the report only; the text is read again
+    out.push_back(RankPosition{rank, r.seq, positionText(line)});
   };
   add(rank_, *static_cast<const Line*>(own_.data()));
   for (const auto& [peer, line] : peerLines_) add(peer, *line);
-  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+
+std::string formatPositions(std::vector<RankPosition> positions, int self, const std::function<std::string(int)>& who) {
+  std::sort(positions.begin(), positions.end(), [](const RankPosition& a, const RankPosition& b) {
+    return a.seq != b.seq ? a.seq > b.seq : a.rank < b.rank;  // the furthest first
+  });
+  std::vector<std::pair<std::string, std::vector<int>>> groups;  // in order of first appearance
+  for (const RankPosition& p : positions) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == p.text; });
+    if (it == groups.end()) groups.push_back({p.text, {p.rank}});
+    else it->second.push_back(p.rank);
+  }
   std::string out;
-  for (const auto& [seq, text] : order) {
-    std::vector<int>& ranks = groups[text];
+  for (auto& [text, ranks] : groups) {
     std::sort(ranks.begin(), ranks.end());
-    std::string who = ranks.size() == 1 ? "rank " : "ranks ";
-    for (size_t i = 0; i < ranks.size(); ++i)
-      who += (i ? ", " : "") + std::to_string(ranks[i]) + (ranks[i] == rank_ ? " (this one)" : "");
-    out += (out.empty() ? "" : "; ") + who + (ranks.size() == 1 ? " is " : " are ") +
-           (text.find('#') != std::string::npos && text.find("group") == std::string::npos ? "at " : "") + text;
+    const bool mine = std::find(ranks.begin(), ranks.end(), self) != ranks.end();
+    std::string list = ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      list += (i ? ", " : "") + std::to_string(ranks[i]);
+      if (ranks[i] == self) list += " (this one)";
+      else if (!mine && i < 8 && who) list += who(ranks[i]);
+    }
+    const bool at = text.find('#') != std::string::npos && text.find("group") == std::string::npos;
+    out += (out.empty() ? "" : "; ") + list + (ranks.size() == 1 ? " is " : " are ") + (at ? "at " : "") + text;
   }
   return out;
 }
 
 Status OpBoard::check() const {
-  Snapshot mine;  // only this rank's thread writes it, but a worker may read it mid-write
+  OpRecord mine;  // only this rank's thread writes it, but a worker may read it mid-write
   if (!read(*static_cast<const Line*>(own_.data()), &mine) || mine.seq == 0) return Status::ok();
   for (const auto& [peer, line] : peerLines_) {
-    Snapshot theirs;
+    OpRecord theirs;
     if (!read(*line, &theirs) || theirs.seq != mine.seq || theirs == mine) continue;
-    if (theirs.coll == kBatch || mine.coll == kBatch) continue;
+    if (theirs.isBatch() || mine.isBatch()) continue;
     return invalidUsage("ranks disagree on collective #" + std::to_string(mine.seq) + ": rank " +
-                        std::to_string(peer) + " runs " + describe(theirs) + " but rank " + std::to_string(rank_) +
-                        " runs " + describe(mine) + " (every rank must call the same collectives in the same order " +
+                        std::to_string(peer) + " runs " + theirs.describe() + " but rank " + std::to_string(rank_) +
+                        " runs " + mine.describe() + " (every rank must call the same collectives in the same order " +
                         "with the same count, type, op and root)");
   }
   return Status::ok();

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,32 @@
 namespace plait {
 
 class Bootstrap;
+
+// A collective as announced: its number and arguments.
+struct OpRecord {
+  uint64_t seq = 0;  // 0: before the first collective
+  uint64_t count = 0;
+  uint32_t coll = 0, type = 0, opKind = 0;
+  int32_t root = 0;
+  bool operator==(const OpRecord&) const = default;
+  // A group's point-to-point batch: its collectives are not compared.
+  bool isBatch() const;
+  // "AllReduce #12 (count 4, float, sum)".
+  std::string describe() const;
+};
+
+// Where one rank is, for a report: its collective number and what to say.
+struct RankPosition {
+  int rank = -1;
+  uint64_t seq = 0;
+  std::string text;  // "AllReduce #12 (...)", "gone (...)", "no answer (...)"
+};
+// Groups ranks that say the same, furthest first: "rank 1 (host b, pid 7)
+// is at AllReduce #12 (...); ranks 0 (this one), 2 are at AllGather #13
+// (...)". `who(rank)` is appended to the ranks of groups without `self`
+// (the odd ones out), up to 8 per group.
+std::string formatPositions(std::vector<RankPosition> positions, int self,
+                            const std::function<std::string(int)>& who);
 
 class OpBoard {
  public:
@@ -49,16 +76,15 @@ class OpBoard {
   // otherwise (including peers at another number: they may just be slow).
   // Thread-safe; reads only.
   Status check() const;
-  // Where this rank and its local peers are, grouped: "ranks 0, 2 wait in
-  // AllGather #13 (count 4, float); rank 1 is at AllReduce #12 (count 4,
-  // float, sum)" — for a timeout's error: who never arrived, who runs
-  // something else. Thread-safe; reads only.
-  std::string positions() const;
+  // Where this rank and its local peers are (for a timeout's error: who
+  // never arrived, who runs something else). Thread-safe; reads only.
+  std::vector<RankPosition> positions() const;
   // This rank aborted or destroyed its communicator: peers that later find
   // its process gone know it left on purpose rather than died.
   void markDeparted();
   bool peerDeparted(int rank) const;
 
+  // One rank's announcement, written by its owner only (a seqlock).
   struct alignas(64) Line {
     std::atomic<uint64_t> version{0};  // odd while the owner writes
     std::atomic<uint64_t> seq{0};
@@ -69,18 +95,14 @@ class OpBoard {
     std::atomic<int32_t> root{0};
     std::atomic<uint32_t> departed{0};
   };
+  static void write(Line& line, uint64_t seq, const Task& task);
+  static void writeBatch(Line& line, uint64_t seq);
+  // False while the owner is writing (try again later).
+  static bool read(const Line& line, OpRecord* out);
+  // The text of one line for positions().
+  static std::string positionText(const Line& line);
 
  private:
-  struct Snapshot {
-    uint64_t seq = 0;
-    uint64_t count = 0;
-    uint32_t coll = 0, type = 0, opKind = 0;
-    int32_t root = 0;
-    bool operator==(const Snapshot&) const = default;
-  };
-  static bool read(const Line& line, Snapshot* out);
-  static std::string describe(const Snapshot& s);
-
   int rank_ = 0;
   SharedSegment own_;
   std::vector<SharedSegment> peers_;

@@ -124,7 +124,8 @@ TEST_CASE("A timeout says which rank never arrived and where it is", "[missing]"
   for (int rank : {0, 2}) {
     INFO("rank " << rank << ": " << messages[rank]);
     CHECK(messages[rank].find("timed out") != std::string::npos);
-    CHECK(messages[rank].find("rank 1 is at AllReduce #1 (count 256, float, sum)") != std::string::npos);
+    CHECK(messages[rank].find("rank 1 (host ") != std::string::npos);
+    CHECK(messages[rank].find("is at AllReduce #1 (count 256, float, sum)") != std::string::npos);
     const std::string waiting = rank == 0 ? "ranks 0 (this one), 2" : "ranks 0, 2 (this one)";
     CHECK(messages[rank].find(waiting + " are at AllGather #2 (count 256, float)") != std::string::npos);
   }
