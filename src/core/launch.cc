@@ -300,8 +300,16 @@ std::vector<std::string_view> splitTopLevel(std::string_view text) {
 }
 
 // Appends the values of one bracket body ("01-04,07") to `values`, keeping
-// the lower bound's zero padding.
+// the lower bound's zero padding. Every range is checked, and the whole
+// bracket counted, before anything is expanded: "[0-999999,0-999999,...]" is
+// refused without building a million names first.
 Status expandRanges(std::string_view body, std::vector<std::string>* values) {
+  struct Range {
+    int64_t low, high;
+    size_t width;  // the lower bound's digits, zero padding included
+  };
+  std::vector<Range> ranges;
+  size_t total = 0;
   for (std::string_view part : splitTopLevel(body)) {
     size_t dash = part.find('-');
     std::string_view lowText = part.substr(0, dash);
@@ -310,13 +318,15 @@ Status expandRanges(std::string_view body, std::vector<std::string>* values) {
     if (!parseNonNegative(lowText, &low) || !parseNonNegative(highText, &high) || high < low ||
         lowText.size() > kMaxHostNameBytes)  // its zero padding is every value's width
       return invalidArgument("bad range '" + std::string(part) + "' in '[" + std::string(body) + "]'");
-    // The whole bracket, not each range, is bounded: "[0-999999,0-999999,...]"
-    // would otherwise grow without limit.
-    if (static_cast<size_t>(high - low) >= kMaxHosts - values->size())
+    if (static_cast<size_t>(high - low) >= kMaxHosts - total)
       return invalidArgument("'[" + std::string(body) + "]' names more than 1000000 hosts");
-    for (int64_t v = low; v <= high; ++v) {
+    total += static_cast<size_t>(high - low) + 1;
+    ranges.push_back({low, high, lowText.size()});
+  }
+  for (const Range& r : ranges) {
+    for (int64_t v = r.low; v <= r.high; ++v) {
       std::string digits = std::to_string(v);
-      if (digits.size() < lowText.size()) digits.insert(0, lowText.size() - digits.size(), '0');
+      if (digits.size() < r.width) digits.insert(0, r.width - digits.size(), '0');
       values->push_back(std::move(digits));
     }
   }
