@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/shm.h"
 #include "base/wait.h"
+#include "core/status_report.h"
 #include "topology/topology.h"
 
 namespace plait {
@@ -110,6 +111,7 @@ Status Communicator::init(const ncclUniqueId& id, const CommOptions& options) {
   // An abort that arrived while initSteps built the parts only raised the
   // flag (which every wait of init watches); abort the parts now.
   if (abortFlag_.load(std::memory_order_acquire) != 0) abortParts();
+  if (s.isOk()) registerForStatusReports(this);
   if (!s.isOk()) {
     abort();
     // A peer that died makes its neighbours fail with "connection closed";
@@ -151,7 +153,8 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
     std::vector<int> remote;
     for (int r = 0; r < nranks_; ++r)
       if (std::find(local.begin(), local.end(), r) == local.end()) remote.push_back(r);
-    PLAIT_ASSIGN_OR_RETURN(status_, OpStatus::create(*bootstrap_, std::move(remote), deadline));
+    PLAIT_ASSIGN_OR_RETURN(status_,
+                           OpStatus::create(*bootstrap_, std::move(remote), &announced_, &announcedNs_, deadline));
   }
   if (nChannels > 1) workers_ = std::make_unique<ChannelWorkers>(nChannels - 1);
   PLAIT_INFO(kInit, "comm %s rank %d nranks %d: %zu local rank(s), %d channel(s)", name_.c_str(), rank_, nranks_,
@@ -317,6 +320,7 @@ void Communicator::abortParts() {
 }
 
 Communicator::~Communicator() {
+  unregisterFromStatusReports(this);
   rma_.reset();  // its agent writes into windows
   if (board_) board_->markDeparted();
   status_.reset();  // its threads answer peers' questions until here

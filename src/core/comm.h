@@ -79,6 +79,9 @@ class Communicator {
   // not consecutive. Its LSA rank is rank() % lsaSize().
   int lsaSize() const { return lsaSize_; }
   uint64_t opCount() const { return opCount_; }
+  // One line for a status report (core/status_report.h): this rank's
+  // collective and for how long, and where this host's ranks are.
+  std::string statusLine() const;
   // This host's other ranks and their processes (empty before the bootstrap).
   std::vector<PeerProcess> localPeerProcesses() const;
 
@@ -256,6 +259,9 @@ class Communicator {
   std::unique_ptr<DirectPath> direct_;
   std::unique_ptr<OpBoard> board_;  // null without local peers
   std::unique_ptr<OpStatus> status_;  // null without ranks on other hosts
+  OpBoard::Line announced_;  // this rank's current collective, for status_ and status reports
+  std::atomic<uint64_t> announcedNs_{0};
+  std::atomic<bool> inCall_{false};  // an operation runs on this communicator (status reports)
   int cudaDev_ = -1;
   std::vector<DeviceIdentity> devices_;   // per rank, exchanged at init
   int deviceChannels_ = 0;                // ring channels the device path connected

@@ -37,7 +37,9 @@ Status Communicator::guarded(const char* what, Body body) {
   log::ScopedLogRank logRank(rank_);
   ScopedWaitCheck agreement(agreementCheck());
   ++opCount_;
+  inCall_.store(true, std::memory_order_relaxed);
   Status s = body();
+  inCall_.store(false, std::memory_order_relaxed);
   if (!s.isOk()) {
     s.withContext(std::string(what) + " #" + std::to_string(opCount_) + " on rank " + std::to_string(rank_));
     if (s.code() == Code::kRemoteError) s = withDeadPeers(std::move(s));
@@ -61,7 +63,8 @@ void Communicator::announce(const Task& task) {
   if (task.coll == CollType::kSend || task.coll == CollType::kRecv) return;
   ++collSeq_;
   if (board_) board_->publish(collSeq_, task);
-  if (status_) status_->publish(collSeq_, task);
+  OpBoard::write(announced_, collSeq_, task);
+  announcedNs_.store(nowNs(), std::memory_order_relaxed);
 }
 
 // The collectives of a group's point-to-point batch (AlltoAll, Gather,
@@ -75,8 +78,10 @@ void Communicator::announceBatch(const std::vector<Task>& tasks) {
       ++collSeq_;
       any = true;
     }
-  if (any && board_) board_->publishBatch(collSeq_);
-  if (any && status_) status_->publishBatch(collSeq_);
+  if (!any) return;
+  if (board_) board_->publishBatch(collSeq_);
+  OpBoard::writeBatch(announced_, collSeq_);
+  announcedNs_.store(nowNs(), std::memory_order_relaxed);
 }
 
 Status Communicator::checkAgreement() const {
@@ -141,6 +146,22 @@ std::string Communicator::whereRanksAre() const {
   std::string text = "where the ranks are: " + formatPositions(std::move(all), rank_, who);
   if (seen < nranks_) text += "; " + std::to_string(nranks_ - seen) + " rank(s) not asked";
   return text;
+}
+
+std::string Communicator::statusLine() const {
+  const uint64_t since = announcedNs_.load(std::memory_order_relaxed);
+  const uint64_t now = nowNs();
+  std::string line = "comm " + name_ + " rank " + std::to_string(rank_) + " of " + std::to_string(nranks_) + ": ";
+  const bool busy = inCall_.load(std::memory_order_relaxed);
+  if (since == 0) line += busy ? "in its first call (not a collective)" : "before its first collective";
+  else if (busy) line += "in " + OpBoard::positionText(announced_) + " for " + std::to_string((now - since) / 1'000'000) + " ms";
+  else line += "idle after " + OpBoard::positionText(announced_);
+  if (board_) {
+    auto who = [this](int r) { return " (pid " + std::to_string(bootstrap_->peer(r).pid) + ")"; };
+    line += "; on this host: " + formatPositions(board_->positions(), rank_, who);
+  }
+  if (status_) line += "; ranks on other hosts answer in a timeout's report";
+  return line;
 }
 
 std::vector<PeerProcess> Communicator::localPeerProcesses() const {

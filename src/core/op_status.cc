@@ -50,8 +50,11 @@ uint64_t msSince(uint64_t ns) {
 }  // namespace
 
 Result<std::unique_ptr<OpStatus>> OpStatus::create(Bootstrap& bootstrap, std::vector<int> remoteRanks,
-                                                   Deadline deadline) {
+                                                   const OpBoard::Line* announced,
+                                                   const std::atomic<uint64_t>* announcedNs, Deadline deadline) {
   std::unique_ptr<OpStatus> st(new OpStatus());
+  st->line_ = announced;
+  st->publishedNs_ = announcedNs;
   st->rank_ = bootstrap.rank();
   st->magic_ = bootstrap.magic();
   st->nonce_ = bootstrap.nonce();
@@ -80,23 +83,15 @@ OpStatus::~OpStatus() {
   if (surveyor_.joinable()) surveyor_.join();
 }
 
-void OpStatus::publish(uint64_t seq, const Task& task) {
-  OpBoard::write(line_, seq, task);
-  publishedNs_.store(nowNs(), std::memory_order_relaxed);
-}
-
-void OpStatus::publishBatch(uint64_t seq) {
-  OpBoard::writeBatch(line_, seq);
-  publishedNs_.store(nowNs(), std::memory_order_relaxed);
-}
-
 RankPosition OpStatus::self() const {
   OpRecord r;
-  OpBoard::read(line_, &r);
-  return RankPosition{rank_, r.seq, OpBoard::positionText(line_)};
+  OpBoard::read(*line_, &r);
+  const bool gone = departed_.load(std::memory_order_acquire) != 0;
+  return RankPosition{rank_, r.seq,
+                      gone ? std::string("gone (aborted or destroyed its communicator)") : OpBoard::positionText(*line_)};
 }
 
-void OpStatus::markDeparted() { line_.departed.store(1, std::memory_order_release); }
+void OpStatus::markDeparted() { departed_.store(1, std::memory_order_release); }
 
 // The server: one greeting, one answer, per connection.
 void OpStatus::serve() {
@@ -116,15 +111,15 @@ void OpStatus::serve() {
     }
     StatusAnswer a;
     OpRecord r;
-    a.readable = OpBoard::read(line_, &r) ? 1 : 0;
+    a.readable = OpBoard::read(*line_, &r) ? 1 : 0;
     a.seq = r.seq;
     a.count = r.count;
     a.coll = r.coll;
     a.type = r.type;
     a.opKind = r.opKind;
     a.root = r.root;
-    a.departed = line_.departed.load(std::memory_order_acquire);
-    a.atMs = msSince(publishedNs_.load(std::memory_order_relaxed));
+    a.departed = departed_.load(std::memory_order_acquire);
+    a.atMs = msSince(publishedNs_->load(std::memory_order_relaxed));
     (void)g->socket.sendAll(&a, sizeof a, Deadline::afterMs(kAskMs), &stop_);
   }
 }
@@ -165,11 +160,11 @@ std::vector<RankPosition> OpStatus::surveyNow(Deadline deadline) const {
 Status OpStatus::check() {
   if (surveyAfterMs_ <= 0) return Status::ok();
   OpRecord mine;
-  if (!OpBoard::read(line_, &mine) || mine.seq == 0) return Status::ok();
+  if (!OpBoard::read(*line_, &mine) || mine.seq == 0) return Status::ok();
   std::lock_guard<std::mutex> lock(mu_);
   if (surveyedSeq_ == mine.seq) return disagreement_;
   if (requestedSeq_ != mine.seq &&
-      msSince(publishedNs_.load(std::memory_order_relaxed)) >= static_cast<uint64_t>(surveyAfterMs_)) {
+      msSince(publishedNs_->load(std::memory_order_relaxed)) >= static_cast<uint64_t>(surveyAfterMs_)) {
     requestedSeq_ = mine.seq;
     wake_.notify_all();
   }
@@ -185,7 +180,7 @@ void OpStatus::surveyLoop() {
     const uint64_t seq = requestedSeq_;
     lock.unlock();
     OpRecord mine;
-    const bool readable = OpBoard::read(line_, &mine);
+    const bool readable = OpBoard::read(*line_, &mine);
     Status found;
     for (size_t i = 0; i < remote_.size() && i < kMaxAsked && stop_.load() == 0; ++i) {
       OpRecord theirs;

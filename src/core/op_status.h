@@ -40,16 +40,15 @@ class Bootstrap;
 class OpStatus {
  public:
   // Collective over all ranks of the bootstrap. `remoteRanks`: the ranks on
-  // other hosts (the ones a survey asks).
+  // other hosts (the ones a survey asks). `announced` and `announcedNs`: the
+  // communicator's current collective and when it began (they outlive this).
   static Result<std::unique_ptr<OpStatus>> create(Bootstrap& bootstrap, std::vector<int> remoteRanks,
-                                                  Deadline deadline);
+                                                  const OpBoard::Line* announced,
+                                                  const std::atomic<uint64_t>* announcedNs, Deadline deadline);
   ~OpStatus();
   OpStatus(const OpStatus&) = delete;
   OpStatus& operator=(const OpStatus&) = delete;
 
-  // As OpBoard's: called by the thread that runs this rank's operations.
-  void publish(uint64_t seq, const Task& task);
-  void publishBatch(uint64_t seq);
   // This rank is leaving (abort or destroy): answers say so until it is gone.
   void markDeparted();
 
@@ -74,8 +73,9 @@ class OpStatus {
   std::vector<net::SocketAddress> addresses_;  // [rank]: its status server
   int64_t surveyAfterMs_ = 5000;
 
-  OpBoard::Line line_;
-  std::atomic<uint64_t> publishedNs_{0};  // when the current collective was announced
+  const OpBoard::Line* line_ = nullptr;
+  const std::atomic<uint64_t>* publishedNs_ = nullptr;  // when the current collective was announced
+  std::atomic<uint32_t> departed_{0};
 
   net::Socket listener_;
   std::atomic<uint32_t> stop_{0};

@@ -4,10 +4,15 @@
 // PLAIT_TIMEOUT=30 (see CMakeLists.txt): before the op board, every case here
 // waited the whole timeout and failed with a time-out.
 #include <catch2/catch.hpp>
+#include <signal.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -129,4 +134,33 @@ TEST_CASE("A timeout says which rank never arrived and where it is", "[missing]"
     const std::string waiting = rank == 0 ? "ranks 0 (this one), 2" : "ranks 0, 2 (this one)";
     CHECK(messages[rank].find(waiting + " are at AllGather #2 (count 256, float)") != std::string::npos);
   }
+}
+
+// Run with PLAIT_STATUS_SIGNAL=10 (SIGUSR1) and PLAIT_DEBUG_FILE (see
+// CMakeLists.txt): the signal makes the process log where each communicator is.
+TEST_CASE("PLAIT_STATUS_SIGNAL logs where every communicator is", "[status_signal]") {
+  const char* file = std::getenv("PLAIT_DEBUG_FILE");
+  REQUIRE(file != nullptr);
+  std::remove(file);
+  auto failures = plait_test::runThreads(2, [&](int rank, ncclComm_t comm) -> std::string {
+    std::vector<float> buf(4, 1.0f), gathered(8);
+    if (ncclAllReduce(buf.data(), buf.data(), 4, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess)
+      return std::string("AllReduce: ") + ncclGetLastError(comm);
+    if (rank == 0) {  // rank 1 waits in the AllGather meanwhile
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      raise(SIGUSR1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the reporter thread logs
+    }
+    if (ncclAllGather(buf.data(), gathered.data(), 4, ncclFloat, comm, nullptr) != ncclSuccess)
+      return std::string("AllGather: ") + ncclGetLastError(comm);
+    return "";
+  });
+  for (const auto& f : failures) FAIL(f);
+  std::ifstream in(file);
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(log);
+  CHECK(log.find("status (PLAIT_STATUS_SIGNAL)") != std::string::npos);
+  CHECK(log.find("rank 0 of 2: idle after AllReduce #1 (count 4, float, sum)") != std::string::npos);
+  CHECK(log.find("rank 1 of 2: in AllGather #2 (count 4, float) for ") != std::string::npos);
+  CHECK(log.find("rank 0 (this one) is at AllReduce #1") != std::string::npos);
 }
