@@ -43,8 +43,8 @@ Status Communicator::guarded(const char* what, Body body) {
   if (!s.isOk()) {
     s.withContext(std::string(what) + " #" + std::to_string(opCount_) + " on rank " + std::to_string(rank_));
     if (s.code() == Code::kRemoteError) s = withDeadPeers(std::move(s));
-    if (s.code() == Code::kRemoteError && (board_ || status_) && s.message().find("timed out after") != std::string::npos)
-      s = Status(s.code(), s.message() + "; " + whereRanksAre());
+    const bool timedOut = s.code() == Code::kRemoteError && s.message().find("timed out after") != std::string::npos;
+    if (timedOut && (board_ || status_)) s = Status(s.code(), s.message() + "; " + whereRanksAre());
     // Argument errors are found before data moves; ranks that disagree on
     // the collective have moved some, so their pipelines are torn.
     const bool tornPipelines = disagreed_.load(std::memory_order_acquire);
@@ -151,10 +151,12 @@ std::string Communicator::whereRanksAre() const {
 std::string Communicator::statusLine() const {
   const uint64_t since = announcedNs_.load(std::memory_order_relaxed);
   const uint64_t now = nowNs();
-  std::string line = "comm " + name_ + " rank " + std::to_string(rank_) + " of " + std::to_string(nranks_) + ": ";
+  std::string line = "comm " + (name_.empty() ? std::string() : name_ + " ") + "rank " + std::to_string(rank_) +
+                     " of " + std::to_string(nranks_) + ": ";
   const bool busy = inCall_.load(std::memory_order_relaxed);
   if (since == 0) line += busy ? "in its first call (not a collective)" : "before its first collective";
-  else if (busy) line += "in " + OpBoard::positionText(announced_) + " for " + std::to_string((now - since) / 1'000'000) + " ms";
+  else if (busy)
+    line += "in " + OpBoard::positionText(announced_) + " for " + std::to_string((now - since) / 1'000'000) + " ms";
   else line += "idle after " + OpBoard::positionText(announced_);
   if (board_) {
     auto who = [this](int r) { return " (pid " + std::to_string(bootstrap_->peer(r).pid) + ")"; };
