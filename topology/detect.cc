@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 
 #include "base/log.h"
 
@@ -210,7 +211,34 @@ std::string keyOf(const XmlNode& n) {
 
 }  // namespace
 
-void mergeSystemXml(XmlNode& user, const XmlNode& detected) {
+namespace {
+
+// The GPU and NET dev numbers a document uses: graph files name devices by
+// them, so two devices may not share one (topology/system.cc refuses it).
+struct DevNumbers {
+  std::set<int64_t> gpu, net;
+  std::set<int64_t>* of(const XmlNode& n) { return n.name == "gpu" ? &gpu : n.name == "net" ? &net : nullptr; }
+  void collect(const XmlNode& n) {
+    if (std::set<int64_t>* used = of(n); used && n.hasAttr("dev")) used->insert(n.intAttr("dev", -1));
+    for (const XmlNode& c : n.children) collect(c);
+  }
+  // A detected device appended beside the file's: the next free number when
+  // its own is taken (the file's devices keep theirs).
+  void renumber(XmlNode& n) {
+    if (std::set<int64_t>* used = of(n); used && n.hasAttr("dev")) {
+      int64_t dev = n.intAttr("dev", -1);
+      if (used->count(dev)) {
+        dev = 0;
+        while (used->count(dev)) ++dev;
+        n.setAttr("dev", std::to_string(dev));
+      }
+      used->insert(dev);
+    }
+    for (XmlNode& c : n.children) renumber(c);
+  }
+};
+
+void mergeInto(XmlNode& user, const XmlNode& detected, DevNumbers& devs) {
   for (const auto& [k, v] : detected.attrs) user.initAttr(k, v);
   for (const XmlNode& d : detected.children) {
     std::string key = keyOf(d);
@@ -219,11 +247,20 @@ void mergeSystemXml(XmlNode& user, const XmlNode& detected) {
       if (keyOf(u) == key) match = &u;
     }
     if (match) {
-      mergeSystemXml(*match, d);
+      mergeInto(*match, d, devs);
     } else {
       user.children.push_back(d);
+      devs.renumber(user.children.back());
     }
   }
+}
+
+}  // namespace
+
+void mergeSystemXml(XmlNode& user, const XmlNode& detected) {
+  DevNumbers devs;
+  devs.collect(user);
+  mergeInto(user, detected, devs);
 }
 
 }  // namespace plait::topo

@@ -53,7 +53,8 @@ Result<XmlNode> detectSystemXml();
 
 // Completes `user` (an NCCL_TOPO_FILE) with `detected`: elements are matched
 // by key (cpu numaid, pci busid, net name, gpu and nic by parent); missing
-// elements are appended, missing attributes filled; the user's values win.
+// elements are appended (a detected GPU or NET whose dev the file already
+// uses gets the next free one), missing attributes filled; the user's values win.
 void mergeSystemXml(XmlNode& user, const XmlNode& detected);
 
 }  // namespace plait::topo

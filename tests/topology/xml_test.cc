@@ -170,3 +170,25 @@ TEST_CASE("graph XML round-trips and reads NCCL's form", "[topology][xml][graph]
   REQUIRE(badDev.isOk());
   CHECK_FALSE(graphsFromXml(sys, *badDev).isOk());
 }
+
+TEST_CASE("a detected NIC whose dev the user's file uses gets the next free one", "[topology][xml]") {
+  // cpu_2socket.xml's NICs are dev 0 and 1; this host's own (detected) NIC is
+  // dev 0 too: merged as is, the topology would name dev 0 twice.
+  auto user = parseXml(
+      "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:41:00.0\"><nic><net name=\"eth0\" dev=\"0\"/></nic>"
+      "</pci></cpu><cpu numaid=\"1\"><pci busid=\"0000:c1:00.0\"><nic><net name=\"eth1\" dev=\"1\"/></nic></pci></cpu>"
+      "</system>");
+  auto detected = parseXml(
+      "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:00:03.0\"><nic><net name=\"ens3\" dev=\"0\"/></nic>"
+      "</pci></cpu></system>");
+  REQUIRE(user.isOk());
+  REQUIRE(detected.isOk());
+  XmlNode merged = *user;
+  mergeSystemXml(merged, *detected);
+  REQUIRE(merged.children[0].children.size() == 2);
+  const XmlNode& added = merged.children[0].children[1].children[0].children[0];
+  CHECK(added.attrOr("name", "") == "ens3");
+  CHECK(added.attrOr("dev", "") == "2");
+  CHECK(merged.children[0].children[0].children[0].children[0].attrOr("dev", "") == "0");  // the file's keeps its own
+  CHECK(buildSystem(merged).isOk());
+}
