@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/comm.h"
+#include "plait/stream.hpp"
 #include "nccl.h"
 #include "plait/status.hpp"
 
@@ -41,6 +42,12 @@ struct ncclComm {
   };
   std::mutex opsMu;
   std::vector<UserOp> userOps;
+  // Non-blocking communicators (config.blocking = 0): calls that would block
+  // (host operations without a stream, split, shrink) run here in order and
+  // return ncclInProgress; ncclCommGetAsyncError says ncclInProgress until
+  // they are done, then their first error once (api/nonblocking.cc).
+  std::mutex backgroundMu;
+  std::unique_ptr<plait::HostStream> background;  // made on first use
 };
 
 namespace plait::api {
@@ -67,6 +74,16 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, nc
 // the parent's local ranks that died.
 ncclResult_t initChild(ncclComm_t parent, ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config,
                        const char* call);
+
+// Non-blocking communicators (nonblocking.cc). Queues `work` on comm's
+// background stream, holding the communicator (as CommUse) until it ran;
+// returns ncclInProgress. `work` does not run once destroy or abort began.
+ncclResult_t runInBackground(ncclComm_t comm, std::function<Status()> work);
+// Whether background work is queued or running; else its first error since
+// the last call (each error is reported once).
+bool backgroundPending(ncclComm_t comm, Status* firstError);
+// Waits for background work (destroy and abort, after the abort flag).
+void stopBackground(ncclComm_t comm);
 
 // Argument checks; each names the argument and its value.
 Status checkComm(ncclComm_t comm);           // live and initialised

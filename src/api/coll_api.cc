@@ -33,6 +33,10 @@ ncclResult_t launch(ncclComm_t comm, const Task& task, const char* call) {
   }
   CommUse use(comm);
   if (!use.usable()) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);
+  // A non-blocking communicator's host operation without a stream runs in
+  // the background (a device operation only enqueues its kernel: it stays
+  // on the caller's thread, in its CUDA stream's order).
+  if (!comm->blocking && !task.onDevice) return runInBackground(comm, [comm, task] { return comm->impl->run(task); });
   return fail(comm->impl->run(task), call);
 }
 

@@ -123,6 +123,7 @@ void retire(ncclComm_t comm, bool abort) {
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+  stopBackground(comm);  // its queued calls saw `closing` and skip; none is inside impl now
   comm->impl.reset();
   comm->magic = ncclComm::kDead;
   // The shell stays allocated (and reachable, for leak checkers) as a tombstone.
@@ -222,7 +223,12 @@ PLAIT_API(ncclResult_t, CommInitAll, (ncclComm_t * comms, int ndev, const int* d
 PLAIT_API(ncclResult_t, CommFinalize, (ncclComm_t comm)) {
   if (Status s = checkComm(comm); !s.isOk()) return fail(s, "ncclCommFinalize");
   // Blocking host operations are complete when their call returns; stream
-  // work is owned by its stream and completes by stream synchronisation.
+  // work is owned by its stream and completes by stream synchronisation; a
+  // non-blocking communicator's background calls are done when
+  // ncclCommGetAsyncError stops saying ncclInProgress.
+  Status first;
+  if (backgroundPending(comm, &first)) return ncclInProgress;
+  if (!first.isOk()) return fail(first, "ncclCommFinalize");
   return ncclSuccess;
 } PLAIT_API_END
 

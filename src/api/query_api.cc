@@ -45,6 +45,16 @@ PLAIT_API(ncclResult_t, CommGetAsyncError, (ncclComm_t comm, ncclResult_t* async
     case 2: *asyncError = toResult(comm->initError.code()); return ncclSuccess;
     default: break;
   }
+  Status background;
+  if (backgroundPending(comm, &background)) {
+    *asyncError = ncclInProgress;
+    return ncclSuccess;
+  }
+  if (!background.isOk()) {  // a non-blocking call's own error, reported once
+    *asyncError = toResult(background.code());
+    fail(background, call);
+    return ncclSuccess;
+  }
   CommUse use(comm);
   if (!use.usable()) {
     *asyncError = ncclSuccess;

@@ -1,0 +1,44 @@
+// nonblocking.cc — a non-blocking communicator's background work: calls that
+// would block run on a host stream of the communicator's own, in the order
+// they were made, and return ncclInProgress at once (as NCCL's non-blocking
+// communicators do); the caller polls ncclCommGetAsyncError.
+#include "api/api_util.h"
+
+namespace plait::api {
+
+ncclResult_t runInBackground(ncclComm_t comm, std::function<Status()> work) {
+  HostStream* stream;
+  {
+    std::lock_guard<std::mutex> lock(comm->backgroundMu);
+    if (!comm->background) comm->background = std::make_unique<HostStream>();
+    stream = comm->background.get();
+  }
+  comm->inflight.fetch_add(1, std::memory_order_seq_cst);  // as CommUse, until the work ran
+  stream->enqueue([comm, work = std::move(work)] {
+    Status s = comm->closing.load(std::memory_order_seq_cst) != 0
+                   ? invalidUsage("comm was destroyed or aborted before its queued call ran")
+                   : work();
+    comm->inflight.fetch_sub(1, std::memory_order_release);
+    return s;
+  });
+  return ncclInProgress;
+}
+
+bool backgroundPending(ncclComm_t comm, Status* firstError) {
+  std::lock_guard<std::mutex> lock(comm->backgroundMu);
+  if (!comm->background) return false;
+  if (!comm->background->idle()) return true;
+  *firstError = comm->background->synchronize(0);  // idle: returns at once, with the first error since
+  return false;
+}
+
+void stopBackground(ncclComm_t comm) {
+  std::unique_ptr<HostStream> stream;
+  {
+    std::lock_guard<std::mutex> lock(comm->backgroundMu);
+    stream = std::move(comm->background);
+  }
+  stream.reset();  // waits for queued work, which returns at once after an abort
+}
+
+}  // namespace plait::api
