@@ -27,22 +27,7 @@ using namespace plait::bootstrap_wire;
 // The job the fuzzed peer talks to.
 constexpr uint64_t kJobNonce = 0x0123456789abcdefULL;
 
-struct Input {
-  const uint8_t* data;
-  size_t size;
-  // The next n bytes, or false when the peer "closed" before sending them all.
-  bool take(void* out, size_t n) {
-    if (size < n) return false;
-    std::memcpy(out, data, n);
-    data += n;
-    size -= n;
-    return true;
-  }
-  template <typename T>
-  bool take(T* out) {
-    return take(out, sizeof(T));
-  }
-};
+using Input = FuzzInput;
 
 void checkTerminated(const PeerInfo& p) { PLAIT_FUZZ_CHECK(std::memchr(p.hostname, 0, sizeof(p.hostname)) != nullptr); }
 

@@ -31,15 +31,7 @@ struct Client {
   bool greeted = false;
 };
 
-struct Input {
-  const uint8_t* data;
-  size_t size;
-  uint8_t byte() {
-    if (size == 0) return 0;
-    --size;
-    return *data++;
-  }
-};
+using Input = FuzzInput;
 
 int connectTo(const SocketAddress& addr, uint16_t* port) {
   int fd = ::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);

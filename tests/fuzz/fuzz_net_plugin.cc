@@ -20,26 +20,7 @@ namespace {
 
 using namespace plait;
 
-struct Input {
-  const uint8_t* data;
-  size_t size;
-  uint8_t byte() {
-    if (size == 0) return 0;
-    --size;
-    return *data++;
-  }
-  int32_t int32() {
-    int32_t v = 0;
-    for (int i = 0; i < 4; ++i) v = static_cast<int32_t>(static_cast<uint32_t>(v) << 8 | byte());
-    return v;
-  }
-  std::string text() {
-    const size_t n = byte() % 80;
-    std::string s;
-    for (size_t i = 0; i < n && size > 0; ++i) s.push_back(static_cast<char>(byte()));
-    return s;
-  }
-};
+using Input = FuzzInput;
 
 // One fuzzed network; the table's functions find theirs through `current`.
 struct FakeNet {
