@@ -41,7 +41,7 @@ if [[ "${SKIP_FUZZ_BUILD:-0}" != 1 ]]; then
   cmake -S "$ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
-    -DPLAIT_BUILD_FUZZERS=ON -DPLAIT_WITH_CUDA=OFF -DPLAIT_BUILD_PERF=OFF >/dev/null
+    -DPLAIT_BUILD_FUZZERS=ON -DPLAIT_WITH_CUDA=OFF -DPLAIT_BUILD_PERF=OFF -DPLAIT_BUILD_TESTS=OFF >/dev/null
   cmake --build "$BUILD_DIR" -j "$JOBS" --target plait-fuzzers
 fi
 
