@@ -68,12 +68,14 @@ Status readCommConfig(const ncclConfig_t* config, CommOptions* out);
 // thread's group say); `call` names the API function in errors.
 // `parentPeers`: for a child, its parent's local peers (CommOptions).
 ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config, const char* call,
-                      std::vector<PeerProcess> parentPeers = {});
+                      std::vector<PeerProcess> parentPeers = {}, int rootPid = 0);
 // initRank for a communicator made from `parent` (split, grow, shrink):
 // without a config it keeps the parent's blocking mode; a failed init names
 // the parent's local ranks that died.
+// `rootRank`: the parent's rank that hosts the child's bootstrap root (-1:
+// unknown); its death ends the child's init at once when it is on this host.
 ncclResult_t initChild(ncclComm_t parent, ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config,
-                       const char* call);
+                       const char* call, int rootRank = -1);
 
 // Non-blocking communicators (nonblocking.cc). Queues `work` on comm's
 // background stream, holding the communicator (as CommUse) until it ran;

@@ -41,13 +41,14 @@ void initShell(ncclComm_t shell, ncclUniqueId id, plait::CommOptions options) {
 
 namespace plait::api {
 ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config,
-                      const char* call, std::vector<plait::PeerProcess> parentPeers) {
+                      const char* call, std::vector<plait::PeerProcess> parentPeers, int rootPid) {
   printVersionOnce();
   if (out == nullptr) return fail(plait::invalidArgument("comm (the output pointer) is NULL"), call);
   *out = nullptr;
   plait::CommOptions options;
   if (Status s = readCommConfig(config, &options); !s.isOk()) return fail(s, call);
   options.parentPeers = std::move(parentPeers);
+  options.rootPid = rootPid;
   if (nranks < 1) return fail(plait::invalidArgument("nranks is " + std::to_string(nranks) + "; must be ≥ 1"), call);
   if (rank < 0 || rank >= nranks)
     return fail(plait::invalidArgument("rank is " + std::to_string(rank) + ", outside [0, " + std::to_string(nranks) +
@@ -88,7 +89,7 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, nc
 }
 
 ncclResult_t initChild(ncclComm_t parent, ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config,
-                       const char* call) {
+                       const char* call, int rootRank) {
   ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
   inherited.blocking = parent->blocking ? 1 : 0;
   std::vector<plait::PeerProcess> parentPeers;
@@ -96,7 +97,10 @@ ncclResult_t initChild(ncclComm_t parent, ncclComm_t* out, int nranks, ncclUniqu
     CommUse use(parent);
     if (use.usable()) parentPeers = parent->impl->localPeerProcesses();
   }
-  return initRank(out, nranks, id, rank, config ? config : &inherited, call, std::move(parentPeers));
+  int rootPid = 0;
+  for (const plait::PeerProcess& p : parentPeers)
+    if (p.rank == rootRank) rootPid = p.pid;
+  return initRank(out, nranks, id, rank, config ? config : &inherited, call, std::move(parentPeers), rootPid);
 }
 }  // namespace plait::api
 
@@ -273,6 +277,6 @@ PLAIT_API(ncclResult_t, CommSplit, (ncclComm_t comm, int color, int key, ncclCom
   }
   if (!split.isOk()) return fail(split.status(), call);
   if (!split->member) return ncclSuccess;
-  return initChild(comm, newcomm, split->nranks, split->id, split->rank, config, call);
+  return initChild(comm, newcomm, split->nranks, split->id, split->rank, config, call, split->rootRank);
 } PLAIT_API_END
 

@@ -127,6 +127,6 @@ PLAIT_API(ncclResult_t, CommShrink,
     if (use.usable()) shrunk = comm->impl->shrink(excluded, (shrinkFlags & NCCL_SHRINK_ABORT) != 0);
   }
   if (!shrunk.isOk()) return fail(shrunk.status(), call);
-  return initChild(comm, newcomm, shrunk->nranks, shrunk->id, shrunk->rank, config, call);
+  return initChild(comm, newcomm, shrunk->nranks, shrunk->id, shrunk->rank, config, call, shrunk->rootRank);
 }
 PLAIT_API_END

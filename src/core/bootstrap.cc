@@ -511,7 +511,14 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::create(const ncclUniqueId& id, int
   auto fail = [&](Status st) {
     return st.withContext("rank " + std::to_string(rank) + " joining " + rootName);
   };
-  auto root = net::Socket::connect(contents.root, deadline, flag);
+  // In slices, so a root whose process died is noticed (options.rootPid).
+  Result<net::Socket> root = remoteError("not connected");
+  for (;;) {
+    root = net::Socket::connect(contents.root, earlier(deadline, Deadline::afterMs(kAbortSliceMs)), flag);
+    if (root.isOk() || deadline.expired() || flag->load() != 0) break;
+    if (options.rootPid > 0 && !processAlive(options.rootPid))
+      return fail(remoteError("its process (pid " + std::to_string(options.rootPid) + ") is gone (died)"));
+  }
   if (!root.isOk()) return fail(root.takeStatus());
   Status st = root->sendAll(&hello, sizeof(hello), deadline, flag);
   RootReply reply{};

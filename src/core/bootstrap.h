@@ -91,6 +91,10 @@ struct BootstrapOptions {
   // The communicator's abort flag: any non-zero value makes every blocked
   // call return within about 100 ms. May be null. Must outlive the Bootstrap.
   const std::atomic<uint32_t>* abortFlag = nullptr;
+  // The root's process when it runs on this host (a split's new rank 0):
+  // once it is gone, joining fails at once instead of retrying the
+  // connection until the deadline. 0: unknown.
+  int rootPid = 0;
 };
 
 class Bootstrap {

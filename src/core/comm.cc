@@ -133,6 +133,7 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
   BootstrapOptions bopts;
   bopts.deadline = deadline;
   bopts.abortFlag = &abortFlag_;
+  bopts.rootPid = options.rootPid;
   PLAIT_ASSIGN_OR_RETURN(bootstrap_, Bootstrap::create(id, rank_, nranks_, bopts));
 
   // Channels: as many as the host's cores allow without oversubscribing,
@@ -368,6 +369,7 @@ Result<Communicator::SplitResult> Communicator::split(int color, int key) {
   out.rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
   out.nranks = static_cast<int>(members.size());
   out.id = ids[members.front()];
+  out.rootRank = members.front();
   PLAIT_INFO(kInit, "split color %d key %d: rank %d of %d becomes rank %d of %d", color, key, rank_, nranks_,
              out.rank, out.nranks);
   return out;

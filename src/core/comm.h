@@ -60,6 +60,8 @@ struct CommOptions {
   // For a child (split, shrink, grow): the parent's local peers, so that a
   // failed init names those that died (the child's own table may not exist).
   std::vector<PeerProcess> parentPeers;
+  // The bootstrap root's process when it is on this host (BootstrapOptions).
+  int rootPid = 0;
 };
 
 class Communicator {
@@ -133,6 +135,7 @@ class Communicator {
     int rank = 0;
     int nranks = 0;
     ncclUniqueId id{};
+    int rootRank = -1;  // the rank of this communicator whose process hosts the child's bootstrap root
   };
   Result<SplitResult> split(int color, int key);
   // ncclCommShrink's part over this communicator, called by every rank not

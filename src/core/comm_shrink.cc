@@ -125,6 +125,7 @@ Result<Communicator::SplitResult> Communicator::shrink(const std::vector<int>& e
   out.rank = static_cast<int>(std::find(survivors.begin(), survivors.end(), rank_) - survivors.begin());
   out.nranks = static_cast<int>(survivors.size());
   out.id = offer.id;
+  out.rootRank = survivors.front();
   PLAIT_INFO(kInit, "shrink: rank %d of %d becomes rank %d of %d (%zu excluded)", rank_, nranks_, out.rank,
              out.nranks, excluded.size());
   return out;
