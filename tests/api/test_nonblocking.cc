@@ -90,7 +90,8 @@ TEST_CASE("Non-blocking collectives return ncclInProgress and complete in the ba
 TEST_CASE("A non-blocking call's argument error comes back at once", "[nonblocking]") {
   auto errors = runPair([](int, ncclComm_t comm) -> std::string {
     float x = 0;
-    if (ncclAllReduce(&x, &x, 1, static_cast<ncclDataType_t>(99), ncclSum, comm, nullptr) != ncclInvalidArgument)
+    if (ncclAllReduce(&x, &x, 1, static_cast<ncclDataType_t>(ncclNumTypes), ncclSum, comm, nullptr) !=
+        ncclInvalidArgument)
       return "a bad type was not refused by the call";
     ncclResult_t state = ncclInProgress;
     ncclCommGetAsyncError(comm, &state);
