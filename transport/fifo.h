@@ -107,9 +107,11 @@ inline std::atomic<uint32_t>* futexWordOf(uint64_t* counter) {
   return reinterpret_cast<std::atomic<uint32_t>*>(counter);
 }
 // Whether either end has called abort().
+// Acquire: an end that gives up writes its reason (WaitContext::peerFailure)
+// before it raises its flag, and the other end reads that reason next.
 inline bool eitherAborted(FifoControl* ctrl) {
-  return AtomicRef<uint32_t>(ctrl->senderAborted).load(mo::relaxed) != 0 ||
-         AtomicRef<uint32_t>(ctrl->receiverAborted).load(mo::relaxed) != 0;
+  return AtomicRef<uint32_t>(ctrl->senderAborted).load(mo::acquire) != 0 ||
+         AtomicRef<uint32_t>(ctrl->receiverAborted).load(mo::acquire) != 0;
 }
 }  // namespace detail
 
