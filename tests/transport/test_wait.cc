@@ -163,50 +163,52 @@ TEST_CASE("processAlive and hostOversubscribed", "[wait]") {
   CHECK(hostOversubscribed(1 << 20));
 }
 
-TEST_CASE("a dedicated-core wait spins for its budget, then sleeps and is woken", "[wait]") {
-  setenv("PLAIT_WAIT_SPIN_DEDICATED_US", "20000", 1);
+namespace {
+
+// A dedicated-core wait under PLAIT_WAIT_SPIN_DEDICATED_US=`budgetUs`: how
+// many ms passed before it went to sleep (it is then woken and must succeed),
+// and whether it slept at all (within 5 s).
+struct DedicatedWait {
+  double sleptAfterMs = 0;
+  bool slept = false;
+  Status result;
+};
+DedicatedWait dedicatedWait(const char* budgetUs) {
+  setenv("PLAIT_WAIT_SPIN_DEDICATED_US", budgetUs, 1);
   config::resetAll();
   std::atomic<uint32_t> word{0}, sleepers{0};
   WaitContext ctx;
   ctx.deadline = Deadline::afterMs(10000);
   ctx.dedicatedCore = true;
-  Status result;
+  DedicatedWait out;
   auto start = Clock::now();
   std::thread waiter([&] {
-    result = waitUntil([&] { return word.load(std::memory_order_acquire) != 0; }, &word, &sleepers, ctx);
+    out.result = waitUntil([&] { return word.load(std::memory_order_acquire) != 0; }, &word, &sleepers, ctx);
   });
   while (sleepers.load() == 0 && msSince(start) < 5000) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const double slept = msSince(start);
-  REQUIRE(sleepers.load() == 1);
-  CHECK(slept >= 19);  // not before the spin budget: no yield phase in between
+  out.sleptAfterMs = msSince(start);
+  out.slept = sleepers.load() == 1;
   word.store(1, std::memory_order_release);
   wake(&word, &sleepers);
   waiter.join();
-  CHECK(result.isOk());
   unsetenv("PLAIT_WAIT_SPIN_DEDICATED_US");
   config::resetAll();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a dedicated-core wait spins for its budget, then sleeps and is woken", "[wait]") {
+  DedicatedWait w = dedicatedWait("20000");
+  REQUIRE(w.slept);
+  CHECK(w.sleptAfterMs >= 19);  // not before the spin budget: no yield phase in between
+  CHECK(w.result.isOk());
 }
 
 TEST_CASE("a negative dedicated spin budget means no spinning, not forever", "[wait]") {
-  setenv("PLAIT_WAIT_SPIN_DEDICATED_US", "-5", 1);
-  config::resetAll();
-  std::atomic<uint32_t> word{0}, sleepers{0};
-  WaitContext ctx;
-  ctx.deadline = Deadline::afterMs(10000);
-  ctx.dedicatedCore = true;
-  Status result;
-  auto start = Clock::now();
-  std::thread waiter([&] {
-    result = waitUntil([&] { return word.load(std::memory_order_acquire) != 0; }, &word, &sleepers, ctx);
-  });
-  while (sleepers.load() == 0 && msSince(start) < 5000) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  CHECK(sleepers.load() == 1);  // it went to sleep instead of spinning to the deadline
-  word.store(1, std::memory_order_release);
-  wake(&word, &sleepers);
-  waiter.join();
-  CHECK(result.isOk());
-  unsetenv("PLAIT_WAIT_SPIN_DEDICATED_US");
-  config::resetAll();
+  DedicatedWait w = dedicatedWait("-5");
+  CHECK(w.slept);  // it went to sleep instead of spinning to the deadline
+  CHECK(w.result.isOk());
 }
 
 TEST_CASE("a spinning dedicated-core wait sees the abort flag", "[wait]") {
