@@ -144,10 +144,24 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
   int want = static_cast<int>(kNChannels.get());
   if (want <= 0) want = std::clamp(usableCores() / static_cast<int>(local.size()), 1, 4);
   if (options.maxChannels > 0) want = std::min(want, options.maxChannels);
-  std::vector<int> wants(nranks_);
-  wants[rank_] = want;
-  PLAIT_RETURN_IF_ERROR(bootstrap_->allGather(wants.data(), sizeof(int), deadline));
-  const int nChannels = *std::min_element(wants.begin(), wants.end());
+  // Every rank must run the same reproducible mode (its collectives take
+  // other paths): a difference fails init on every rank alike.
+  PLAIT_ASSIGN_OR_RETURN(reproducible_, reproducibleMode());
+  struct Wants {
+    int32_t channels;
+    int32_t reproducible;
+  };
+  std::vector<Wants> wants(nranks_, Wants{0, 0});
+  wants[rank_] = Wants{want, reproducible_};
+  PLAIT_RETURN_IF_ERROR(bootstrap_->allGather(wants.data(), sizeof(Wants), deadline));
+  int nChannels = want;
+  for (int r = 0; r < nranks_; ++r) {
+    nChannels = std::min(nChannels, static_cast<int>(wants[r].channels));
+    if (wants[r].reproducible != wants[0].reproducible)
+      return invalidUsage("PLAIT_REPRODUCIBLE differs across ranks: rank 0 has " +
+                          std::to_string(wants[0].reproducible) + ", rank " + std::to_string(r) + " has " +
+                          std::to_string(wants[r].reproducible) + "; every rank must use the same mode");
+  }
   PLAIT_RETURN_IF_ERROR(connectTransports(deadline, nChannels));
   PLAIT_ASSIGN_OR_RETURN(board_, OpBoard::create(*bootstrap_, local, deadline));
   if (local.size() < static_cast<size_t>(nranks_)) {  // every rank sees the same table: all or none create it

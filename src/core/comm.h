@@ -52,6 +52,12 @@ struct PeerProcess {
 class OpBoard;
 std::string deadPeersText(const std::vector<PeerProcess>& peers, const OpBoard* board, const std::string& whose);
 
+// PLAIT_REPRODUCIBLE (core/reproducible.cc): kReproducibleOff, the rank
+// order (kReproducibleOrder) or exact sums (kReproducibleExact); an
+// invalid argument naming the value otherwise.
+enum : int { kReproducibleOff = 0, kReproducibleOrder = 1, kReproducibleExact = 2 };
+Result<int> reproducibleMode();
+
 struct CommOptions {
   int maxChannels = -1;  // from ncclConfig_t.maxCTAs; -1: PLAIT_NCHANNELS decides
   bool blocking = true;
@@ -228,7 +234,16 @@ class Communicator {
   Status runP2p(const std::vector<Task>& tasks);
   Status runOneShot(const Task& task, size_t bytes);
   Status runOneShotLines(const Task& task, size_t bytes, ReduceCopyFn fn, bool preOp);
-  void reduceInRankOrder(const Task& task, ReduceCopyFn fn, bool preOp, const void* const* inputs);
+  // The reproducible mode (core/reproducible.cc, PLAIT_REPRODUCIBLE).
+  // out = inputs[0] op inputs[1] op ... op inputs[n-1], left to right (or,
+  // in the exact mode, their exact sum rounded once): the same on every rank
+  // and path. PreMulSum inputs come scaled (and rounded) by their own rank.
+  void foldInRankOrder(const Task& task, const void* const* inputs, void* out, size_t count);
+  bool reproducibleOrder(const Task& task) const;
+  Status runReproducible(const Task& task, size_t bytes);
+  Status runOrderedExchange(const Task& task);
+  Status exchangeAndFold(const Task& task, const std::vector<size_t>& offs, const std::vector<size_t>& counts,
+                         size_t slotElems, void* dst);
   void breakWith(const Status& status);
   void abortParts();
   // Collective numbering and the local peers' view of it (core/op_board.h).
@@ -302,6 +317,8 @@ class Communicator {
   std::vector<char> scratch_;     // one-shot in-place staging
   std::vector<const void*> oneShotInputs_;
   std::vector<unsigned char> oneShotStage_;  // nranks x kLineMaxMessageBytes
+  int reproducible_ = 0;                 // PLAIT_REPRODUCIBLE, agreed at init: kReproducible*
+  std::vector<char> reproScratch_;       // the ordered exchange's receive slots (made on first use)
   mutable std::mutex errorMu_;
   Status brokenBy_;
   std::atomic<bool> broken_{false};

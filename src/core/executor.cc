@@ -201,6 +201,10 @@ void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan)
 }
 
 Status Communicator::execute(const Task& task) {
+  if (task.onDevice && reproducibleOrder(task))
+    return invalidUsage(std::string("PLAIT_REPRODUCIBLE: ") + collName(task.coll) + " of " + typeName(task.type) +
+                        " on device buffers is not reproducible yet (the kernels fold in ring order); run it on host "
+                        "buffers or with PLAIT_REPRODUCIBLE=0");
   if (task.onDevice) return runOnDevice(task);  // a kernel on the task's stream (device_path.cc)
   announce(task);
   const size_t blockBytes = task.count * typeSize(task.type);
@@ -225,6 +229,7 @@ Status Communicator::execute(const Task& task) {
   // scattered buffer for AllGather and ReduceScatter.
   const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
   const size_t bytes = blocked ? blockBytes * nranks_ : blockBytes;
+  if (reproducibleOrder(task)) return runReproducible(task, bytes);  // a fixed fold (core/reproducible.cc)
   if (direct_ && directAllowed && bytes >= direct_->minBytes(task.coll)) {  // registered buffers: zero-copy
     PLAIT_ASSIGN_OR_RETURN(bool done, direct_->run(task));
     if (done) {
@@ -285,7 +290,15 @@ Status Communicator::runOneShot(const Task& task, size_t bytes) {
     s->post(bytes);
   }
   const void* mine = task.sendbuff;
-  if (task.sendbuff == task.recvbuff && rank_ >= 2) {  // our input is read after the output is first written
+  if (preOp) {  // our input scaled and rounded, as the peers got it
+    ReduceCopyArgs copy;
+    copy.srcs[0] = task.sendbuff;
+    copy.dsts[0] = scratch_.data();
+    copy.count = task.count;
+    copy.preOpSrc0 = true;
+    fn(task.op, copy);
+    mine = scratch_.data();
+  } else if (task.sendbuff == task.recvbuff && rank_ >= 2) {  // our input is read after the output is first written
     std::memcpy(scratch_.data(), task.sendbuff, bytes);
     mine = scratch_.data();
   }
@@ -303,34 +316,10 @@ Status Communicator::runOneShot(const Task& task, size_t bytes) {
                            std::to_string(bytes) + " (ranks disagree on the operation?)");
     inputs[peer] = *slot;
   }
-  reduceInRankOrder(task, fn, preOp, inputs.data());
+  foldInRankOrder(task, inputs.data(), task.recvbuff, task.count);
   for (int peer = 0; peer < nranks_; ++peer)
     if (peer != rank_) shm_->meshRecv(peer)->release();
   return Status::ok();
-}
-
-// out = x0 op x1 op ... op x(n-1), left to right: the same order on every
-// rank, so all ranks get bit-identical results. Only this rank's own input
-// is scaled here; peers scaled theirs before sending.
-void Communicator::reduceInRankOrder(const Task& task, ReduceCopyFn fn, bool preOp, const void* const* inputs) {
-  ReduceCopyArgs args;
-  args.count = task.count;
-  args.nSrcs = 2;
-  args.dsts[0] = task.recvbuff;
-  args.srcs[0] = inputs[0];
-  args.srcs[1] = inputs[1];
-  args.preOpSrc0 = preOp && rank_ == 0;
-  args.preOpSrc1 = preOp && rank_ == 1;
-  args.postOp = nranks_ == 2;
-  fn(task.op, args);
-  for (int r = 2; r < nranks_; ++r) {
-    args.srcs[0] = task.recvbuff;
-    args.srcs[1] = inputs[r];
-    args.preOpSrc0 = false;
-    args.preOpSrc1 = preOp && rank_ == r;
-    args.postOp = r == nranks_ - 1;
-    fn(task.op, args);
-  }
 }
 
 // The one-shot algorithm for small messages over line FIFOs: each peer's
@@ -354,13 +343,13 @@ Status Communicator::runOneShotLines(const Task& task, size_t bytes, ReduceCopyF
   for (int peer = 0; peer < nranks_; ++peer) {
     unsigned char* slot = stage + static_cast<size_t>(peer) * kLineMaxMessageBytes;
     if (peer == rank_) {
-      std::memcpy(slot, task.sendbuff, bytes);  // raw input: the output may alias it
+      if (!preOp) std::memcpy(slot, task.sendbuff, bytes);  // the output may alias the input (scaled: staged above)
     } else {
       PLAIT_RETURN_IF_ERROR(shm_->lineRecv(peer)->recv(slot, bytes));
     }
     inputs[peer] = slot;
   }
-  reduceInRankOrder(task, fn, preOp, inputs.data());
+  foldInRankOrder(task, inputs.data(), task.recvbuff, task.count);
   return Status::ok();
 }
 
