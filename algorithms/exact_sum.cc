@@ -1,20 +1,77 @@
-// exact_sum.cc — the host's exact sums over arrays (exact_sum.h): one
-// accumulator per element, the inputs added in any order, rounded once.
+// exact_sum.cc — the host's exact sums over arrays (exact_sum.h): per
+// element, a double sum whose rounding errors are caught exactly, or where
+// that cannot tell, the long accumulator; rounded once either way.
 #include "algorithms/exact_sum.h"
+
+#include <cmath>
+#include <type_traits>
 
 #include "algorithms/exact_fold.h"
 
 namespace plait {
 namespace {
 
+// s + x = sum + *err exactly (Knuth's TwoSum; no overflow).
+inline double twoSum(double s, double x, double* err) {
+  const double sum = s + x;
+  const double back = sum - s;
+  *err = (s - (sum - back)) + (x - back);
+  return sum;
+}
+
+// The fast path: the sum in double with every rounding error caught by
+// TwoSum and those errors summed exactly too, so that s + e is the exact sum
+// (almost always for the narrow types: their values span few bits). Then
+// one rounding to T gives the result: fl(s + e) for double; for the narrower
+// types s + e must itself be a double, and that double rounds once to float
+// (and must be a float for the formats narrower still). False: the slow,
+// always exact, path must decide (also for infinities and NaNs).
+template <class T>
+bool fastExactSum(const void* const* inputs, int n, size_t i, T* out) {
+  double s = exact_detail::toDouble(static_cast<const T*>(inputs[0])[i]);
+  double e = 0;
+  bool exact = true;
+  for (int r = 1; r < n; ++r) {
+    double err = 0, errOfErr = 0;
+    s = twoSum(s, exact_detail::toDouble(static_cast<const T*>(inputs[r])[i]), &err);
+    e = twoSum(e, err, &errOfErr);
+    exact = exact && errOfErr == 0;
+  }
+  if (!exact || !std::isfinite(s) || !std::isfinite(e)) return false;
+  if constexpr (std::is_same_v<T, double>) {
+    *out = e == 0 ? s : s + e;  // (e == 0 keeps the sign of an all -0 sum)
+    return true;
+  } else {
+    double total = s;
+    if (e != 0) {
+      double rest = 0;
+      total = twoSum(s, e, &rest);
+      if (rest != 0) return false;
+    }
+    const float f = static_cast<float>(total);  // one rounding of the exact sum
+    if constexpr (std::is_same_v<T, float>) {
+      *out = f;
+      return true;
+    } else {
+      if (static_cast<double>(f) != total) return false;  // would round twice
+      *out = T::fromFloat(f);
+      return true;
+    }
+  }
+}
+
 template <class T>
 void exactSumArrays(const void* const* inputs, int n, void* out, size_t count) {
   ExactSum<T> acc;
   T* o = static_cast<T*>(out);
   for (size_t i = 0; i < count; ++i) {
-    acc.clear();
-    for (int r = 0; r < n; ++r) acc.add(static_cast<const T*>(inputs[r])[i]);
-    o[i] = acc.result();  // every input of element i was read: out may alias one
+    T result;
+    if (!fastExactSum<T>(inputs, n, i, &result)) {
+      acc.clear();
+      for (int r = 0; r < n; ++r) acc.add(static_cast<const T*>(inputs[r])[i]);
+      result = acc.result();
+    }
+    o[i] = result;  // every input of element i was read: out may alias one
   }
 }
 

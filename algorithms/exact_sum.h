@@ -23,7 +23,6 @@
 
 #if !PLAIT_ON_DEVICE
 #include <cmath>
-#include <cstring>
 #endif
 
 namespace plait {
@@ -86,15 +85,21 @@ class ExactSum {
   // touches.
   static constexpr int kDigits = (F::kMaxExp + 1 - F::kMinExp + 31 + 32) / 32 + 3;
 
+  // Only the digits add() touched are non-zero.
   PLAIT_HOST_DEVICE void clear() {
-    for (int i = 0; i < kDigits; ++i) digits_[i] = 0;
+    for (int i = lo_; i <= hi_; ++i) digits_[i] = 0;
     lo_ = kDigits;
     hi_ = -1;
     nan_ = posInf_ = negInf_ = false;
     allNegZero_ = true;
   }
 
-  PLAIT_HOST_DEVICE ExactSum() { clear(); }
+  PLAIT_HOST_DEVICE ExactSum() {
+    for (int i = 0; i < kDigits; ++i) digits_[i] = 0;
+    lo_ = 0;
+    hi_ = -1;
+    clear();
+  }
 
   PLAIT_HOST_DEVICE void add(T value) {
     const uint64_t bits = exact_detail::doubleBits(exact_detail::toDouble(value));
@@ -135,7 +140,7 @@ class ExactSum {
     if (hi_ < 0) return exact_detail::fromDouble<T>(allNegZero_ ? -0.0 : 0.0);
     // Normalise into 32-bit digits; the carry out of the top says the sign.
     int64_t d[kDigits];
-    for (int i = 0; i < kDigits; ++i) d[i] = digits_[i];
+    for (int i = lo_; i < kDigits; ++i) d[i] = i <= hi_ ? digits_[i] : 0;
     int64_t carry = 0;
     int end = lo_;  // digits [lo_, end) hold the value, end's carry its sign
     for (; end < kDigits; ++end) {
@@ -164,9 +169,9 @@ class ExactSum {
     const int topBitIndex = top * 32 + exact_detail::topBit(static_cast<uint32_t>(d[top]));
     int ulp = topBitIndex - F::kPrecision + 1;  // bit index (from 2^kMinExp) of the result's last bit
     if (ulp < 0) ulp = 0;                       // subnormal: the last bit is 2^kMinExp
-    uint64_t mant = bitsAt(d, end, ulp, topBitIndex - ulp + 1);
+    uint64_t mant = bitsAt(d, lo_, end, ulp, topBitIndex - ulp + 1);
     if (ulp > 0) {
-      const bool half = bitsAt(d, end, ulp - 1, 1) != 0;
+      const bool half = bitsAt(d, lo_, end, ulp - 1, 1) != 0;
       bool sticky = false;
       const int below = ulp - 1;  // bits [0, below) decide ties
       for (int i = lo_; i < end && i * 32 < below && !sticky; ++i) {
@@ -181,20 +186,29 @@ class ExactSum {
   }
 
  private:
-  // `count` (<= 53) bits of the normalised digits from bit `from` up.
-  PLAIT_HOST_DEVICE static uint64_t bitsAt(const int64_t* d, int end, int from, int count) {
+  // `count` (<= 53) bits of the normalised digits from bit `from` up (the
+  // digits outside [lo, end) are zero).
+  PLAIT_HOST_DEVICE static uint64_t bitsAt(const int64_t* d, int lo, int end, int from, int count) {
     const int at = from >> 5, off = from & 31;
-    auto digit = [&](int i) -> uint64_t { return i < end ? static_cast<uint64_t>(d[i]) : 0; };
+    auto digit = [&](int i) -> uint64_t { return i >= lo && i < end ? static_cast<uint64_t>(d[i]) : 0; };
     uint64_t w = (digit(at) >> off) | (digit(at + 1) << (32 - off));
     if (off > 0) w |= digit(at + 2) << (64 - off);
     return count >= 64 ? w : w & ((uint64_t(1) << count) - 1);
   }
-  PLAIT_HOST_DEVICE static double scale(double v, int exp) {
+  // v * 2^exp for an integer v <= 2^54 whose product is a double (or
+  // overflows to inf): multiplications by exact powers of two, no libm.
+  PLAIT_HOST_DEVICE static double pow2(int exp) {  // -1022 <= exp <= 1023
+    const uint64_t bits = static_cast<uint64_t>(exp + 1023) << 52;
 #if PLAIT_ON_DEVICE
-    return ::ldexp(v, exp);
+    return __longlong_as_double(static_cast<long long>(bits));
 #else
-    return std::ldexp(v, exp);
+    return __builtin_bit_cast(double, bits);
 #endif
+  }
+  PLAIT_HOST_DEVICE static double scale(double v, int exp) {
+    if (exp < -1022) return v * pow2(exp + 200) * pow2(-200);  // a subnormal double: the last step is exact
+    if (exp > 1023) return v * pow2(1023) * pow2(exp - 1023 > 1023 ? 1023 : exp - 1023);
+    return v * pow2(exp);
   }
   PLAIT_HOST_DEVICE static double infinity() { return HUGE_VAL; }
   PLAIT_HOST_DEVICE static double quietNan() { return NAN; }

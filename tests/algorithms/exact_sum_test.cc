@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "algorithms/exact_fold.h"
@@ -32,10 +33,28 @@ template <class T> uint64_t bitsOf(T v) {
   return b;
 }
 
+template <class T> constexpr ncclDataType_t typeOf() {
+  if constexpr (std::is_same_v<T, double>) return ncclFloat64;
+  else if constexpr (std::is_same_v<T, float>) return ncclFloat32;
+  else if constexpr (std::is_same_v<T, Half>) return ncclFloat16;
+  else if constexpr (std::is_same_v<T, BFloat16>) return ncclBfloat16;
+  else if constexpr (std::is_same_v<T, Fp8E4M3>) return ncclFloat8e4m3;
+  else return ncclFloat8e5m2;
+}
+
+// The accumulator alone, and exactSumInto (its fast double path first) over
+// one-element arrays: both must give the reference, so they must agree.
 template <class T> T sumOf(const std::vector<T>& xs) {
   ExactSum<T> acc;
   for (const T& x : xs) acc.add(x);
-  return acc.result();
+  const T slow = acc.result();
+  std::vector<const void*> inputs;
+  for (const T& x : xs) inputs.push_back(&x);
+  T fast;
+  REQUIRE(plait::exactSumInto(typeOf<T>(), inputs.data(), static_cast<int>(xs.size()), &fast, 1));
+  INFO("the accumulator and exactSumInto disagree");
+  REQUIRE(bitsOf(fast) == bitsOf(slow));
+  return slow;
 }
 
 float f32(uint32_t bits) {
@@ -143,6 +162,13 @@ TEST_CASE("exact sums where ordinary additions fail in some or every order", "[e
   CHECK(sumOf<float>({tiny, tiny, tiny}) == 3 * tiny);
   CHECK(sumOf<float>({-2048.0f, 1024.0f, -3072.0f}) == -4096.0f);  // a power of two a digit apart
   CHECK(sumOf<float>({-1024.0f, -1024.0f}) == -2048.0f);
+  // Just above a tie only through a third, far smaller value: the double
+  // path's rounding errors do not sum exactly in a double here.
+  CHECK(sumOf<double>({1.0, std::ldexp(1.0, -53), std::ldexp(1.0, -200)}) == 1.0 + std::ldexp(1.0, -52));
+  // 1 + 2^-11 + 2^-24 is above half's tie at 1 + 2^-11, but rounds to that
+  // tie in float first: rounding through float would give 1.
+  CHECK(sumOf<Half>({Half::fromFloat(1.0f), Half::fromFloat(std::ldexp(1.0f, -11)), Half::fromFloat(std::ldexp(1.0f, -24))})
+            .toFloat() == 1.0f + std::ldexp(1.0f, -10));
   CHECK(sumOf<double>({1e308, 1e308, -1e308}) == 1e308);
   CHECK(sumOf<double>({1.0, 1e-300, -1.0}) == 1e-300);
   const double dtiny = std::numeric_limits<double>::denorm_min();
