@@ -47,7 +47,7 @@ if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then
     # forked ranks (vmm_probe_emu, the probe gpu_check runs on a GPU).
     EMU_TARGETS="$TSAN_TARGETS test_device_allreduce test_device_collectives test_device_p2p_groups device_conformance
       test_device_api_lsa test_device_api_windows test_symmetric_collectives vmm_probe_emu test_peer_memory
-      test_net_gpu_memory"
+      test_net_gpu_memory test_device_reproducible"
     BUILD_DIR="$ROOT/build-emu" TARGETS="$EMU_TARGETS" \
       "$ROOT/scripts/build.sh" "${opt_flags[@]}" -DPLAIT_DEVICE_EMULATION=ON -DPLAIT_BUILD_PERF=OFF
     phase emu-build

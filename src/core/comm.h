@@ -242,6 +242,7 @@ class Communicator {
   bool reproducibleOrder(const Task& task) const;
   Status runReproducible(const Task& task, size_t bytes);
   Status runOrderedExchange(const Task& task);
+  Status runReproducibleOnDevice(const Task& task);
   Status exchangeAndFold(const Task& task, const std::vector<size_t>& offs, const std::vector<size_t>& counts,
                          size_t slotElems, void* dst);
   void breakWith(const Status& status);
@@ -319,6 +320,7 @@ class Communicator {
   std::vector<unsigned char> oneShotStage_;  // nranks x kLineMaxMessageBytes
   int reproducible_ = 0;                 // PLAIT_REPRODUCIBLE, agreed at init: kReproducible*
   std::vector<char> reproScratch_;       // the ordered exchange's receive slots (made on first use)
+  std::vector<char> deviceStage_;        // device buffers' host copies in the reproducible mode
   mutable std::mutex errorMu_;
   Status brokenBy_;
   std::atomic<bool> broken_{false};

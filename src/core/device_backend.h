@@ -197,6 +197,14 @@ class DeviceBackend {
   // Some kernel went into a CUDA graph being captured: the graph holds this
   // backend's addresses, so the backend must outlive it (no suspend).
   virtual bool captured() const = 0;
+  // Copies `bytes` from device memory to host memory (toDevice: the other
+  // way) in the order of `stream` (a cudaStream_t; null: CUDA's default
+  // stream): the copy waits for the work enqueued on it before, and the
+  // call returns once the copy is done, at the latest at `deadline`; abort()
+  // ends the wait. Refused while `stream` is being captured into a graph.
+  // The reproducible mode's staging (core/reproducible.cc).
+  virtual Status copySync(void* dst, const void* src, size_t bytes, bool toDevice, void* stream,
+                          Deadline deadline) = 0;
 };
 
 using DeviceBackendFactory = Result<std::unique_ptr<DeviceBackend>> (*)(const DeviceBackendSetup& setup);

@@ -201,10 +201,7 @@ void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan)
 }
 
 Status Communicator::execute(const Task& task) {
-  if (task.onDevice && reproducibleOrder(task))
-    return invalidUsage(std::string("PLAIT_REPRODUCIBLE: ") + collName(task.coll) + " of " + typeName(task.type) +
-                        " on device buffers is not reproducible yet (the kernels fold in ring order); run it on host "
-                        "buffers or with PLAIT_REPRODUCIBLE=0");
+  if (task.onDevice && reproducibleOrder(task)) return runReproducibleOnDevice(task);  // core/reproducible.cc
   if (task.onDevice) return runOnDevice(task);  // a kernel on the task's stream (device_path.cc)
   announce(task);
   const size_t blockBytes = task.count * typeSize(task.type);

@@ -18,7 +18,8 @@
 // ring moves, (n-1)/n of the buffer each way and twice for AllReduce, in
 // rounds of at most PLAIT_REPRODUCIBLE_SCRATCH_BYTES of receive slots.
 // Integer reductions are exact in any order (wrapping sums and products,
-// min, max), so they keep every path.
+// min, max), so they keep every path. Device buffers take the same path on
+// host copies (runReproducibleOnDevice).
 #include <algorithm>
 #include <cstring>
 
@@ -152,6 +153,49 @@ Status Communicator::exchangeAndFold(const Task& task, const std::vector<size_t>
   }
   foldInRankOrder(task, inputs.data(), dst, mine);
   return Status::ok();
+}
+
+// Device buffers: their ring kernels fold in ring order, so the call runs
+// the host's reproducible path on copies, in the order of the caller's
+// stream: the input (and a device-resident PreMulSum scalar) comes to host
+// memory once the stream's earlier work is done, the result goes back
+// before the call returns. Device and host buffers then give the same bits.
+// Synchronous, so not inside a CUDA graph capture (refused by name).
+Status Communicator::runReproducibleOnDevice(const Task& task) {
+  if (!device_)
+    return Status(deviceUnavailable_.code(), std::string(collName(task.coll)) +
+                                                 " on CUDA device buffers: " + deviceUnavailable_.message());
+  if (task.count == 0) return Status::ok();
+  const size_t elem = typeSize(task.type);
+  const size_t inBytes = (task.coll == CollType::kReduceScatter ? task.count * nranks_ : task.count) * elem;
+  const size_t outBytes = task.count * elem;
+  const bool hasOutput = task.coll != CollType::kReduce || rank_ == task.root;
+  const char* devIn = static_cast<const char*>(task.sendbuff);
+  char* devOut = static_cast<char*>(task.recvbuff);
+  // An output inside the input (in place) stays inside the host copy.
+  const bool inside = hasOutput && devOut >= devIn && devOut + outBytes <= devIn + inBytes;
+  if (deviceStage_.size() < inBytes + outBytes) deviceStage_.resize(inBytes + outBytes);
+  char* hostIn = deviceStage_.data();
+  char* hostOut = inside ? hostIn + (devOut - devIn) : hostIn + inBytes;
+  const Deadline deadline = Deadline::afterMs(timeoutMs_);
+  Task host = task;
+  host.onDevice = false;
+  host.cudaStream = nullptr;
+  host.deviceScalar = nullptr;
+  host.sendbuff = hostIn;
+  host.recvbuff = hasOutput ? hostOut : nullptr;
+  if (task.deviceScalar != nullptr) {
+    uint64_t scalar = 0;
+    PLAIT_RETURN_IF_ERROR(device_->copySync(&scalar, task.deviceScalar, elem, false, task.cudaStream, deadline));
+    host.op.scalar = scalar;  // the element's bits in the low bytes
+  }
+  PLAIT_RETURN_IF_ERROR(device_->copySync(hostIn, devIn, inBytes, false, task.cudaStream, deadline));
+  announce(host);
+  const size_t ringBytes = task.coll == CollType::kReduceScatter ? inBytes : outBytes;
+  if (nranks_ == 1) PLAIT_RETURN_IF_ERROR(runOrderedExchange(host));
+  else PLAIT_RETURN_IF_ERROR(runReproducible(host, ringBytes));
+  if (!hasOutput) return Status::ok();
+  return device_->copySync(devOut, hostOut, outBytes, true, task.cudaStream, deadline);
 }
 
 Status Communicator::runOrderedExchange(const Task& task) {

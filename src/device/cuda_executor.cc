@@ -92,6 +92,7 @@ class CudaExecutor final : public DeviceBackend {
   }
   uint64_t gpuBytes() const override { return p2p_ ? p2p_->ownBytes() : 0; }
   bool captured() const override { return captured_.load(std::memory_order_acquire); }
+  Status copySync(void* dst, const void* src, size_t bytes, bool toDevice, void* stream, Deadline deadline) override;
   void joinBack(void* userStream) override {
     ScopedDevice scope(setup_.cudaDev);
     Status s = join(static_cast<cudaStream_t>(userStream), internal_);
@@ -533,6 +534,54 @@ bool CudaExecutor::drain(Deadline deadline) {
     }
   }
   return true;
+}
+
+Status CudaExecutor::copySync(void* dst, const void* src, size_t bytes, bool toDevice, void* stream,
+                              Deadline deadline) {
+  if (AtomicRef<uint32_t>(control_[kAbortWord]).load(mo::acquire) != 0)
+    return invalidUsage("the communicator was aborted");
+  ScopedDevice scope(setup_.cudaDev);
+  const auto s = static_cast<cudaStream_t>(stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();
+    capture = cudaStreamCaptureStatusNone;
+  }
+  if (capture != cudaStreamCaptureStatusNone)
+    return invalidUsage("the stream is being captured into a CUDA graph, and this operation copies through host "
+                        "memory and waits for it (PLAIT_REPRODUCIBLE on device buffers): it cannot be captured");
+  cudaError_t err = cudaMemcpyAsync(dst, src, bytes, toDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s);
+  if (err != cudaSuccess) return cudaFailure(err, toDevice ? "cudaMemcpyAsync to the device" : "cudaMemcpyAsync from the device");
+  cudaEvent_t done = nullptr;
+  err = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+  if (err == cudaSuccess) err = cudaEventRecord(done, s);
+  if (err != cudaSuccess) {
+    if (done != nullptr) (void)cudaEventDestroy(done);
+    return cudaFailure(err, "recording the end of a staging copy");
+  }
+  Status result = Status::ok();
+  auto sleep = std::chrono::microseconds(20);
+  for (;;) {
+    err = cudaEventQuery(done);
+    if (err == cudaSuccess) break;
+    if (err != cudaErrorNotReady) {
+      result = cudaFailure(err, "a staging copy");
+      break;
+    }
+    if (AtomicRef<uint32_t>(control_[kAbortWord]).load(mo::acquire) != 0) {
+      result = invalidUsage("the communicator was aborted during a staging copy");
+      break;
+    }
+    if (deadline.expired()) {
+      result = remoteError("a staging copy of " + std::to_string(bytes) +
+                           " bytes did not finish before the deadline (the stream's earlier work still runs)");
+      break;
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, std::chrono::microseconds(2000));
+  }
+  (void)cudaEventDestroy(done);
+  return result;
 }
 
 Result<std::unique_ptr<DeviceBackend>> createCudaExecutor(const DeviceBackendSetup& setup) {

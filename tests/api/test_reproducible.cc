@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "algorithms/format_reference.h"
+#include "direct_test_env.h"
 #include "harness.h"
 #include "nccl.h"
 
@@ -40,12 +41,12 @@ class ScopedEnv {
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old, had_ = true;
     setenv(name, value, 1);
-    ncclResetDebugInit();
+    plait_test::resetLibrarySettings();
   }
   ~ScopedEnv() {
     if (had_) setenv(name_.c_str(), old_.c_str(), 1);
     else unsetenv(name_.c_str());
-    ncclResetDebugInit();
+    plait_test::resetLibrarySettings();
   }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
@@ -321,7 +322,7 @@ TEST_CASE("reproducible across transports: TCP between hosts, mixed", "[process]
       const auto codes = plait_test::runProcesses(n, [&](int rank, const ncclUniqueId& id) {
         setenv("NCCL_HOSTID", hosts[rank], 1);
         setenv("PLAIT_REPRODUCIBLE", std::to_string(mode).c_str(), 1);
-        ncclResetDebugInit();  // rank 0 is this process: forget the last case's values
+        plait_test::resetLibrarySettings();  // rank 0 is this process: forget the last case's values
         ncclComm_t comm = nullptr;
         if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) {
           std::fprintf(stderr, "rank %d: init: %s\n", rank, ncclGetLastError(nullptr));
@@ -341,7 +342,7 @@ TEST_CASE("reproducible across transports: TCP between hosts, mixed", "[process]
 TEST_CASE("ranks that disagree on the mode, or a bad value, fail init with the reason", "[process]") {
   const auto codes = plait_test::runProcesses(2, [](int rank, const ncclUniqueId& id) {
     setenv("PLAIT_REPRODUCIBLE", rank == 0 ? "1" : "0", 1);
-    ncclResetDebugInit();
+    plait_test::resetLibrarySettings();
     ncclComm_t comm = nullptr;
     const ncclResult_t r = ncclCommInitRank(&comm, 2, id, rank);
     const std::string why = ncclGetLastError(nullptr);
