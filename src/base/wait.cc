@@ -66,21 +66,22 @@ Status deadPeerStatus(const WaitContext& ctx) {
 
 thread_local WaitCheck tlsWaitCheck;
 
-// The checks made between polls; OK means keep waiting.
-Status checkStop(const WaitContext& ctx, uint64_t startNs) {
+// The checks made between polls; OK means keep waiting. `deadline` is the
+// wait's own (waitSlow): the sooner of ctx.deadline and ctx.waitTimeoutMs.
+Status checkStop(const WaitContext& ctx, Deadline deadline, uint64_t startNs) {
   if (aborted(ctx)) return abortedStatus(ctx);
-  if (ctx.deadline.expired()) return timeoutStatus(ctx, startNs);
+  if (deadline.expired()) return timeoutStatus(ctx, startNs);
   return Status::ok();
 }
 
 // Phase 1: bounded spinning. True once ready.
-bool spinPhase(bool (*ready)(void*), void* arg, const WaitContext& ctx, int64_t iterations, uint64_t startNs,
-               Status* stop) {
+bool spinPhase(bool (*ready)(void*), void* arg, const WaitContext& ctx, Deadline deadline, int64_t iterations,
+               uint64_t startNs, Status* stop) {
   for (int64_t i = 1; i <= iterations; ++i) {
     cpuPause();
     if (ready(arg)) return true;
     if (i % kSpinCheckEvery == 0) {
-      *stop = checkStop(ctx, startNs);
+      *stop = checkStop(ctx, deadline, startNs);
       if (!stop->isOk()) return false;
     }
   }
@@ -88,26 +89,26 @@ bool spinPhase(bool (*ready)(void*), void* arg, const WaitContext& ctx, int64_t 
 }
 
 // Phase 1 on a dedicated core: spin for up to `ns`. True once ready.
-bool timedSpinPhase(bool (*ready)(void*), void* arg, const WaitContext& ctx, int64_t ns, uint64_t startNs,
-                    Status* stop) {
+bool timedSpinPhase(bool (*ready)(void*), void* arg, const WaitContext& ctx, Deadline deadline, int64_t ns,
+                    uint64_t startNs, Status* stop) {
   const uint64_t until = startNs + static_cast<uint64_t>(ns);
   for (int64_t i = 1;; ++i) {
     cpuPause();
     if (ready(arg)) return true;
     if (i % kSpinCheckEvery == 0) {
-      *stop = checkStop(ctx, startNs);
+      *stop = checkStop(ctx, deadline, startNs);
       if (!stop->isOk() || nowNs() >= until) return false;
     }
   }
 }
 
 // Phase 2: bounded yielding. True once ready.
-bool yieldPhase(bool (*ready)(void*), void* arg, const WaitContext& ctx, int64_t iterations, uint64_t startNs,
-                Status* stop) {
+bool yieldPhase(bool (*ready)(void*), void* arg, const WaitContext& ctx, Deadline deadline, int64_t iterations,
+                uint64_t startNs, Status* stop) {
   for (int64_t i = 0; i < iterations; ++i) {
     sched_yield();
     if (ready(arg)) return true;
-    *stop = checkStop(ctx, startNs);
+    *stop = checkStop(ctx, deadline, startNs);
     if (!stop->isOk()) return false;
   }
   return false;
@@ -115,7 +116,7 @@ bool yieldPhase(bool (*ready)(void*), void* arg, const WaitContext& ctx, int64_t
 
 // Phase 3: futex sleeps of at most kSliceNs until ready or stopped.
 Status sleepPhase(bool (*ready)(void*), void* arg, std::atomic<uint32_t>* futexWord,
-                  std::atomic<uint32_t>* sleepers, const WaitContext& ctx, uint64_t startNs) {
+                  std::atomic<uint32_t>* sleepers, const WaitContext& ctx, Deadline deadline, uint64_t startNs) {
   uint64_t nextPeerCheck = nowNs() + kPeerCheckNs;
   for (;;) {
     uint32_t seen = futexWord->load(std::memory_order_acquire);
@@ -127,15 +128,15 @@ Status sleepPhase(bool (*ready)(void*), void* arg, std::atomic<uint32_t>* futexW
       return Status::ok();
     }
     int64_t slice = kSliceNs;
-    if (ctx.deadline.at() != Clock::time_point::max()) {
-      int64_t left = std::chrono::duration_cast<std::chrono::nanoseconds>(ctx.deadline.at() - Clock::now()).count();
+    if (deadline.at() != Clock::time_point::max()) {
+      int64_t left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.at() - Clock::now()).count();
       if (left < slice) slice = left > 0 ? left : 0;
     }
     if (slice > 0) futexWait(futexWord, seen, slice);
     sleepers->fetch_sub(1, std::memory_order_relaxed);
 
     if (ready(arg)) return Status::ok();
-    PLAIT_RETURN_IF_ERROR(checkStop(ctx, startNs));
+    PLAIT_RETURN_IF_ERROR(checkStop(ctx, deadline, startNs));
     uint64_t now = nowNs();
     if (now >= nextPeerCheck) {
       nextPeerCheck = now + kPeerCheckNs;
@@ -155,26 +156,29 @@ namespace detail {
 Status waitSlow(bool (*ready)(void*), void* readyArg, std::atomic<uint32_t>* futexWord,
                 std::atomic<uint32_t>* sleepers, const WaitContext& ctx) {
   uint64_t startNs = nowNs();
-  WaitContext bounded;
-  if (ctx.waitTimeoutMs >= 0) {  // this wait's own deadline, if sooner than the operation's
-    bounded = ctx;
+  // This wait's own deadline, if sooner than the operation's. The context
+  // itself is read in place, never copied: the other end of a connector may
+  // write ctx.peerFailure while this wait runs (it is read only after that
+  // end's abort flag was seen; a copy here read it unsynchronized).
+  Deadline deadline = ctx.deadline;
+  if (ctx.waitTimeoutMs >= 0) {
     const Deadline own = Deadline::afterMs(ctx.waitTimeoutMs);
-    if (own.at() < bounded.deadline.at()) bounded.deadline = own;
+    if (own.at() < deadline.at()) deadline = own;
   }
-  const WaitContext& c = ctx.waitTimeoutMs >= 0 ? bounded : ctx;
   Status stop;
-  if (c.dedicatedCore && !c.oversubscribed) {
+  if (ctx.dedicatedCore && !ctx.oversubscribed) {
     // A negative setting means no spinning, not (cast to unsigned) forever.
     const int64_t spinNs = std::max<int64_t>(0, kWaitSpinDedicatedUs.get()) * 1000;
-    if (timedSpinPhase(ready, readyArg, c, spinNs, startNs, &stop)) return Status::ok();
+    if (timedSpinPhase(ready, readyArg, ctx, deadline, spinNs, startNs, &stop)) return Status::ok();
     if (!stop.isOk()) return ready(readyArg) ? Status::ok() : stop;
   } else {
-    if (!c.oversubscribed && spinPhase(ready, readyArg, c, kWaitSpin.get(), startNs, &stop)) return Status::ok();
+    if (!ctx.oversubscribed && spinPhase(ready, readyArg, ctx, deadline, kWaitSpin.get(), startNs, &stop))
+      return Status::ok();
     if (!stop.isOk()) return ready(readyArg) ? Status::ok() : stop;
-    if (yieldPhase(ready, readyArg, c, kWaitYield.get(), startNs, &stop)) return Status::ok();
+    if (yieldPhase(ready, readyArg, ctx, deadline, kWaitYield.get(), startNs, &stop)) return Status::ok();
     if (!stop.isOk()) return ready(readyArg) ? Status::ok() : stop;
   }
-  Status s = sleepPhase(ready, readyArg, futexWord, sleepers, c, startNs);
+  Status s = sleepPhase(ready, readyArg, futexWord, sleepers, ctx, deadline, startNs);
   if (!s.isOk()) PLAIT_INFO(kShm, "wait failed: %s", s.toString().c_str());
   return s;
 }
