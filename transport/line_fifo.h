@@ -15,6 +15,7 @@
 // Waits follow base/wait.h (deadline, abort flag, dead peer).
 #pragma once
 
+#include <atomic>
 #include <cstring>
 
 #include "algorithms/portability.h"
@@ -63,42 +64,50 @@ class LineSender {
   // them. Blocks only while the receiver holds too many unconsumed lines.
   Status send(const void* data, size_t bytes) {
     const uint64_t lines = detail::linesFor(bytes);
-    if (__builtin_expect(step_ + lines - cachedHead_ > kLineSlots, 0)) PLAIT_RETURN_IF_ERROR(waitCredit(lines));
+    const uint64_t first = step_.load(std::memory_order_relaxed);
+    if (__builtin_expect(first + lines - cachedHead_ > kLineSlots, 0)) PLAIT_RETURN_IF_ERROR(waitCredit(first, lines));
     const unsigned char* src = static_cast<const unsigned char*>(data);
     for (uint64_t i = 0; i < lines; ++i) {
-      LineCell& cell = m_->cells[(step_ + i) % kLineSlots];
+      LineCell& cell = m_->cells[(first + i) % kLineSlots];
       const size_t off = i * kLinePayloadBytes;
       const size_t n = bytes - off < kLinePayloadBytes ? bytes - off : kLinePayloadBytes;
       if (bytes) std::memcpy(cell.payload, src + off, n);
       cell.bytes = bytes;
-      AtomicRef<uint64_t>(cell.seq).store(step_ + i + 1, mo::release);
+      AtomicRef<uint64_t>(cell.seq).store(first + i + 1, mo::release);
     }
-    const uint64_t first = step_;
-    step_ += lines;
+    const uint64_t next = first + lines;
+    step_.store(next, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the sleeping receiver's fence
     if (__builtin_expect(m_->recvSleepers.load(std::memory_order_relaxed) != 0, 0))
-      for (uint64_t i = first; i < step_; ++i) detail::wakeSlow(detail::lowWord(&m_->cells[i % kLineSlots].seq));
+      for (uint64_t i = first; i < next; ++i) detail::wakeSlow(detail::lowWord(&m_->cells[i % kLineSlots].seq));
     return Status::ok();
   }
+  // Any thread (ncclCommAbort), also while send() runs on another.
   void abort() {
     AtomicRef<uint32_t>(m_->senderAborted).store(1, mo::release);
-    wake(detail::lowWord(&m_->cells[step_ % kLineSlots].seq), &m_->recvSleepers);
+    wake(detail::lowWord(&m_->cells[step_.load(std::memory_order_relaxed) % kLineSlots].seq), &m_->recvSleepers);
   }
 
  private:
-  __attribute__((noinline)) Status waitCredit(uint64_t lines) {
-    auto ready = [this, lines] {
+  __attribute__((noinline)) Status waitCredit(uint64_t step, uint64_t lines) {
+    auto ready = [this, step, lines] {
       cachedHead_ = AtomicRef<uint64_t>(m_->head).load(mo::acquire);
-      return step_ + lines - cachedHead_ <= kLineSlots || detail::lineAborted(m_);
+      return step + lines - cachedHead_ <= kLineSlots || detail::lineAborted(m_);
     };
     PLAIT_RETURN_IF_ERROR(waitUntil(ready, detail::lowWord(&m_->head), &m_->sendSleepers, *ctx_));
-    if (step_ + lines - cachedHead_ <= kLineSlots) return Status::ok();
+    if (step + lines - cachedHead_ <= kLineSlots) return Status::ok();
     return peerAbortedError(*ctx_);
   }
 
   LineFifoMemory* m_;
   WaitContext* ctx_;
-  uint64_t step_ = 0;
+  // Lines posted so far. Written only by the sending thread; abort() reads it
+  // from any thread to pick the line whose word the receiver sleeps on.
+  // Relaxed is enough: the abort flag's release store is what the receiver
+  // acts on, and a stale line number only wakes the wrong word, which the
+  // receiver's 1 ms sleep slice covers (base/wait.h). When it matters (the
+  // sender blocked, or idle between messages) its last store is long visible.
+  std::atomic<uint64_t> step_{0};
   uint64_t cachedHead_ = 0;
 };
 
