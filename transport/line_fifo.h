@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "algorithms/portability.h"
+#include "base/tsan.h"
 #include "base/wait.h"
 #include "plait/status.hpp"
 
@@ -58,7 +59,11 @@ inline uint64_t linesFor(size_t bytes) {
 
 class LineSender {
  public:
-  LineSender(void* memory, WaitContext* ctx) : m_(static_cast<LineFifoMemory*>(memory)), ctx_(ctx) {}
+  // `ownerMemory`: where the receiver maps `memory`, when the receiver is a
+  // thread of this process (ThreadSanitizer annotations, base/tsan.h); null
+  // otherwise.
+  LineSender(void* memory, WaitContext* ctx, const void* ownerMemory = nullptr)
+      : m_(static_cast<LineFifoMemory*>(memory)), ctx_(ctx), owner_(static_cast<const char*>(ownerMemory)) {}
 
   // Copies bytes (≤ kLineMaxMessageBytes) into the next lines and posts
   // them. Blocks only while the receiver holds too many unconsumed lines.
@@ -73,6 +78,7 @@ class LineSender {
       const size_t n = bytes - off < kLinePayloadBytes ? bytes - off : kLinePayloadBytes;
       if (bytes) std::memcpy(cell.payload, src + off, n);
       cell.bytes = bytes;
+      if (owner_) tsanRelease(atOwner(&cell.seq));
       AtomicRef<uint64_t>(cell.seq).store(first + i + 1, mo::release);
     }
     const uint64_t next = first + lines;
@@ -92,6 +98,7 @@ class LineSender {
   __attribute__((noinline)) Status waitCredit(uint64_t step, uint64_t lines) {
     auto ready = [this, step, lines] {
       cachedHead_ = AtomicRef<uint64_t>(m_->head).load(mo::acquire);
+      if (owner_) tsanAcquire(atOwner(&m_->head));
       return step + lines - cachedHead_ <= kLineSlots || detail::lineAborted(m_);
     };
     PLAIT_RETURN_IF_ERROR(waitUntil(ready, detail::lowWord(&m_->head), &m_->sendSleepers, *ctx_));
@@ -99,8 +106,14 @@ class LineSender {
     return peerAbortedError(*ctx_);
   }
 
+  // The receiver's address of a word of the memory.
+  const void* atOwner(const void* word) const {
+    return owner_ + (static_cast<const char*>(word) - reinterpret_cast<const char*>(m_));
+  }
+
   LineFifoMemory* m_;
   WaitContext* ctx_;
+  const char* owner_;
   // Lines posted so far. Written only by the sending thread; abort() reads it
   // from any thread to pick the line whose word the receiver sleeps on.
   // Relaxed is enough: the abort flag's release store is what the receiver

@@ -7,12 +7,9 @@
 #include "base/cma.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "base/tsan.h"
 #include "base/wait.h"
 #include "rma/rma_service.h"
-
-#if defined(__SANITIZE_THREAD__)
-extern "C" void __tsan_release(void* addr);
-#endif
 
 namespace plait::rma {
 namespace {
@@ -67,10 +64,10 @@ Status Service::connectLocal(const ServiceSetup& setup, Deadline deadline) {
 }
 
 void Service::releaseToOwner(int peer, const void* inPeerPage) const {
-#if defined(__SANITIZE_THREAD__)
+#ifdef PLAIT_TSAN
   if (pids_[peer] != static_cast<int>(::getpid())) return;  // another process: TSan sees none of it
   const uint64_t offset = reinterpret_cast<uint64_t>(inPeerPage) - peerPages_[peer].address();
-  __tsan_release(reinterpret_cast<void*>(peerPageHome_[peer] + offset));
+  tsanRelease(reinterpret_cast<const void*>(peerPageHome_[peer] + offset));
 #else
   (void)peer;
   (void)inPeerPage;
