@@ -25,6 +25,7 @@
 #include "core/direct.h"
 #include "core/op_board.h"
 #include "core/op_status.h"
+#include "core/reproducible.h"
 #include "core/symmetric.h"
 #include "core/task.h"
 #include "core/tuner.h"
@@ -51,12 +52,6 @@ struct PeerProcess {
 // when all live.
 class OpBoard;
 std::string deadPeersText(const std::vector<PeerProcess>& peers, const OpBoard* board, const std::string& whose);
-
-// PLAIT_REPRODUCIBLE (core/reproducible.cc): kReproducibleOff, the rank
-// order (kReproducibleOrder) or exact sums (kReproducibleExact); an
-// invalid argument naming the value otherwise.
-enum : int { kReproducibleOff = 0, kReproducibleOrder = 1, kReproducibleExact = 2 };
-Result<int> reproducibleMode();
 
 struct CommOptions {
   int maxChannels = -1;  // from ncclConfig_t.maxCTAs; -1: PLAIT_NCHANNELS decides

@@ -68,6 +68,9 @@ class DirectPath {
   DirectPath& operator=(const DirectPath&) = delete;
 
   bool enabled() const { return enabled_; }
+  // PLAIT_REPRODUCIBLE as the communicator agreed it: floating reductions
+  // then fold in rank order (foldInRankOrder), as every path does.
+  void setReproducible(int mode) { reproducible_ = mode; }
   // Operations of `coll` of at least this many bytes (their largest buffer)
   // should call run(); SIZE_MAX when direct operation is off. Broadcast,
   // Reduce, Gather, Scatter and AlltoAll have a threshold of their own: on
@@ -132,6 +135,9 @@ class DirectPath {
   // dsts[0..nDsts) = sends_[0][srcAt..] op ... op sends_[n-1][srcAt..] for
   // `count` elements (srcAt in bytes), in rank order.
   void reduceInto(const Task& task, size_t srcAt, size_t count, char* const* dsts, int nDsts, bool nonTemporal);
+  // reduceInto in the reproducible mode: the rank-order fold (or exact sum)
+  // of the inputs each scaled and rounded by its own rank's scalar.
+  void foldInto(const Task& task, size_t srcAt, size_t count, char* const* dsts, int nDsts, bool nonTemporal);
   void allGather(const Task& task, bool push);
   void copy(const Task& task, const char* src, char* dst, size_t count, bool nonTemporal) const;
 
@@ -154,6 +160,8 @@ class DirectPath {
   std::vector<char*> recvs_;          // per rank, this operation's output (AllGather pull: own only)
   std::vector<char*> dsts_;           // reduceInto's destinations for one chunk
   std::vector<unsigned char> scratch_;
+  int reproducible_ = 0;             // PLAIT_REPRODUCIBLE (core/reproducible.h)
+  std::vector<unsigned char> foldScratch_;  // foldInto: nranks scaled chunks and the result
   static constexpr int kCollTypes = 10;  // CollType's values
   bool loggedDirect_[kCollTypes] = {};
   bool loggedFallback_[kCollTypes] = {};

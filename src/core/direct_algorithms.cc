@@ -6,6 +6,7 @@
 
 #include "algorithms/types.h"
 #include "core/direct.h"
+#include "core/reproducible.h"
 
 namespace plait {
 
@@ -116,6 +117,8 @@ void DirectPath::reduceScatter(const Task& task) {
 // byte of it is written, so a destination may be one of the sources.
 void DirectPath::reduceInto(const Task& task, size_t srcAt, size_t count, char* const* dsts, int nDsts,
                             bool nonTemporal) {
+  if (reproducible_ != kReproducibleOff && isFloatingType(task.type))
+    return foldInto(task, srcAt, count, dsts, nDsts, nonTemporal);
   const ReduceCopyFn fn = reduceCopyFn(task.type, task.op.kind);
   const bool preOp = task.op.kind == RedOpKind::kPreMulSum;
   bool uniform = true;
@@ -168,6 +171,35 @@ void DirectPath::reduceInto(const Task& task, size_t srcAt, size_t count, char* 
     out.dsts[1] = out.nDsts == 2 ? dsts[p + 1] : nullptr;
     fn(task.op, out);
   }
+}
+
+// The reproducible mode's fold (core/reproducible.h): each PreMulSum input
+// scaled by its own rank's scalar and rounded first (as the mode's other
+// paths send them), then folded into a buffer of our own and copied out, so
+// a destination may still be one of the sources.
+void DirectPath::foldInto(const Task& task, size_t srcAt, size_t count, char* const* dsts, int nDsts,
+                          bool nonTemporal) {
+  const size_t bytes = count * typeSize(task.type);
+  const bool preOp = task.op.kind == RedOpKind::kPreMulSum;
+  const size_t slots = static_cast<size_t>(preOp ? nranks_ + 1 : 1);
+  if (foldScratch_.size() < slots * bytes) foldScratch_.resize(slots * bytes);
+  unsigned char* acc = foldScratch_.data();
+  std::vector<const void*> inputs(nranks_);
+  for (int r = 0; r < nranks_; ++r) {
+    inputs[r] = sends_[r] + srcAt;
+    if (!preOp) continue;
+    RedOp op = task.op;
+    op.scalar = descs_[r].scalar;
+    ReduceCopyArgs scale;
+    scale.srcs[0] = inputs[r];
+    scale.dsts[0] = acc + (1 + static_cast<size_t>(r)) * bytes;
+    scale.count = count;
+    scale.preOpSrc0 = true;
+    reduceCopyFn(task.type, task.op.kind)(op, scale);
+    inputs[r] = scale.dsts[0];
+  }
+  foldInRankOrder(task.op, task.type, reproducible_ == kReproducibleExact, inputs.data(), nranks_, acc, count);
+  for (int p = 0; p < nDsts; ++p) copy(task, reinterpret_cast<const char*>(acc), dsts[p], count, nonTemporal);
 }
 
 // Peers are visited starting after this rank, so ranks read (or write)

@@ -226,7 +226,6 @@ Status Communicator::execute(const Task& task) {
   // scattered buffer for AllGather and ReduceScatter.
   const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
   const size_t bytes = blocked ? blockBytes * nranks_ : blockBytes;
-  if (reproducibleOrder(task)) return runReproducible(task, bytes);  // a fixed fold (core/reproducible.cc)
   if (direct_ && directAllowed && bytes >= direct_->minBytes(task.coll)) {  // registered buffers: zero-copy
     PLAIT_ASSIGN_OR_RETURN(bool done, direct_->run(task));
     if (done) {
@@ -234,6 +233,7 @@ Status Communicator::execute(const Task& task) {
       return Status::ok();
     }
   }
+  if (reproducibleOrder(task)) return runReproducible(task, bytes);  // a fixed fold (core/reproducible.cc)
   const Plan plan = tuner_->plan(task, bytes);
   if (plan.refused) return unrunnableSelection(task, bytes);
   logPlanOnce(task, bytes, plan);

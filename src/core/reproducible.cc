@@ -72,25 +72,31 @@ bool Communicator::reproducibleOrder(const Task& task) const {
          task.coll == CollType::kReduceScatter;
 }
 
-void Communicator::foldInRankOrder(const Task& task, const void* const* inputs, void* out, size_t count) {
-  const bool sum = task.op.kind == RedOpKind::kSum || task.op.kind == RedOpKind::kPreMulSum;
-  if (reproducible_ == kReproducibleExact && sum && exactSumInto(task.type, inputs, nranks_, out, count)) return;
-  const ReduceCopyFn fn = reduceCopyFn(task.type, task.op.kind);
+void foldInRankOrder(const RedOp& op, ncclDataType_t type, bool exact, const void* const* inputs, int n, void* out,
+                     size_t count) {
+  const bool sum = op.kind == RedOpKind::kSum || op.kind == RedOpKind::kPreMulSum;
+  if (exact && sum && exactSumInto(type, inputs, n, out, count)) return;
+  const ReduceCopyFn fn = reduceCopyFn(type, op.kind);
   ReduceCopyArgs args;
   args.count = count;
   args.dsts[0] = out;
   args.srcs[0] = inputs[0];
-  if (nranks_ == 1) {
-    fn(task.op, args);  // a copy (with SumPostDiv's division: postOp)
+  if (n == 1) {
+    args.postOp = true;  // a copy (with SumPostDiv's division)
+    fn(op, args);
     return;
   }
   args.nSrcs = 2;
-  for (int r = 1; r < nranks_; ++r) {
+  for (int r = 1; r < n; ++r) {
     args.srcs[1] = inputs[r];
-    args.postOp = r == nranks_ - 1;
-    fn(task.op, args);
+    args.postOp = r == n - 1;
+    fn(op, args);
     args.srcs[0] = out;
   }
+}
+
+void Communicator::foldInRankOrder(const Task& task, const void* const* inputs, void* out, size_t count) {
+  plait::foldInRankOrder(task.op, task.type, reproducible_ == kReproducibleExact, inputs, nranks_, out, count);
 }
 
 // The one-shot AllReduce folds in rank order already; everything else runs

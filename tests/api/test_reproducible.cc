@@ -283,7 +283,7 @@ const std::vector<Config>& threadConfigs() {
       {"one channel, 4 KiB rounds", {{"PLAIT_NCHANNELS", "1"}, {"PLAIT_REPRODUCIBLE_SCRATCH_BYTES", "4096"}}},
       {"four channels, 4 KiB FIFO steps, single-copy p2p",
        {{"PLAIT_NCHANNELS", "4"}, {"PLAIT_SHM_P2P_STEP_BYTES", "4096"}, {"PLAIT_P2P_CMA", "1"}, {"PLAIT_P2P_CMA_MIN_BYTES", "4096"}}},
-      {"registered buffers", {{"PLAIT_DIRECT_MIN_BYTES", "0"}}, true},
+      {"registered buffers (the direct path)", {}, true},
   };
   return configs;
 }
@@ -294,10 +294,19 @@ void runThreadConfigs(int mode, int nranks) {
   for (const Config& config : threadConfigs()) {
     std::vector<std::unique_ptr<ScopedEnv>> env;
     for (const auto& [name, value] : config.env) env.push_back(std::make_unique<ScopedEnv>(name, value));
+    // Registered buffers: the direct path from 1 byte, and its TRACE lines
+    // prove it ran each collective.
+    std::unique_ptr<plait_test::DirectTestEnv> direct;
+    if (config.registered) direct = std::make_unique<plait_test::DirectTestEnv>();
     INFO("PLAIT_REPRODUCIBLE=" << mode << ", " << nranks << " ranks, " << config.name);
     const auto failed = plait_test::runThreads(
         nranks, [&](int rank, ncclComm_t comm) { return checkAll(comm, rank, nranks, mode, config.registered); });
     for (const std::string& f : failed) FAIL_CHECK(f);
+    if (direct)
+      for (const char* coll : {"AllReduce", "Reduce", "ReduceScatter"}) {
+        INFO(coll << " ran direct");
+        CHECK(direct->count(coll, true) > 0);
+      }
   }
 }
 
