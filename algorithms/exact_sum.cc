@@ -3,6 +3,7 @@
 // that cannot tell, the long accumulator; rounded once either way.
 #include "algorithms/exact_sum.h"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -27,17 +28,8 @@ inline double twoSum(double s, double x, double* err) {
 // (and must be a float for the formats narrower still). False: the slow,
 // always exact, path must decide (also for infinities and NaNs).
 template <class T>
-bool fastExactSum(const void* const* inputs, int n, size_t i, T* out) {
-  double s = exact_detail::toDouble(static_cast<const T*>(inputs[0])[i]);
-  double e = 0;
-  bool exact = true;
-  for (int r = 1; r < n; ++r) {
-    double err = 0, errOfErr = 0;
-    s = twoSum(s, exact_detail::toDouble(static_cast<const T*>(inputs[r])[i]), &err);
-    e = twoSum(e, err, &errOfErr);
-    exact = exact && errOfErr == 0;
-  }
-  if (!exact || !std::isfinite(s) || !std::isfinite(e)) return false;
+bool roundExact(double s, double e, T* out) {
+  if (!std::isfinite(s) || !std::isfinite(e)) return false;
   if constexpr (std::is_same_v<T, double>) {
     *out = e == 0 ? s : s + e;  // (e == 0 keeps the sign of an all -0 sum)
     return true;
@@ -60,18 +52,42 @@ bool fastExactSum(const void* const* inputs, int n, size_t i, T* out) {
   }
 }
 
+// Elements in blocks, the ranks' inputs in the outer loop: the TwoSum chains
+// of different elements are independent, so they overlap (and vectorise)
+// instead of each element waiting for its own chain.
 template <class T>
 void exactSumArrays(const void* const* inputs, int n, void* out, size_t count) {
+  constexpr size_t kBlock = 256;
+  double s[kBlock], e[kBlock];
+  bool inexact[kBlock];
   ExactSum<T> acc;
   T* o = static_cast<T*>(out);
-  for (size_t i = 0; i < count; ++i) {
-    T result;
-    if (!fastExactSum<T>(inputs, n, i, &result)) {
-      acc.clear();
-      for (int r = 0; r < n; ++r) acc.add(static_cast<const T*>(inputs[r])[i]);
-      result = acc.result();
+  for (size_t at = 0; at < count; at += kBlock) {
+    const size_t m = std::min(kBlock, count - at);
+    const T* first = static_cast<const T*>(inputs[0]) + at;
+    for (size_t i = 0; i < m; ++i) {
+      s[i] = exact_detail::toDouble(first[i]);
+      e[i] = 0;
+      inexact[i] = false;
     }
-    o[i] = result;  // every input of element i was read: out may alias one
+    for (int r = 1; r < n; ++r) {
+      const T* x = static_cast<const T*>(inputs[r]) + at;
+      for (size_t i = 0; i < m; ++i) {
+        double err = 0, errOfErr = 0;
+        s[i] = twoSum(s[i], exact_detail::toDouble(x[i]), &err);
+        e[i] = twoSum(e[i], err, &errOfErr);
+        inexact[i] = inexact[i] || errOfErr != 0;
+      }
+    }
+    for (size_t i = 0; i < m; ++i) {
+      T result;
+      if (inexact[i] || !roundExact<T>(s[i], e[i], &result)) {
+        acc.clear();
+        for (int r = 0; r < n; ++r) acc.add(static_cast<const T*>(inputs[r])[at + i]);
+        result = acc.result();
+      }
+      o[at + i] = result;  // every input of element at + i was read: out may alias one
+    }
   }
 }
 
