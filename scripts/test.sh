@@ -2,14 +2,15 @@
 # Sets up, builds and runs every test: the full suite (unit, multi-rank,
 # multi-process, tools); the CUDA kernels on the device emulator (emu/); then
 # the unit and multi-process tests again under AddressSanitizer +
-# UndefinedBehaviorSanitizer; last, the libFuzzer targets over their corpora.
+# UndefinedBehaviorSanitizer; the host tests whose ranks are threads under
+# ThreadSanitizer; last, the libFuzzer targets over their corpora.
 #   scripts/test.sh            everything CI runs (under 45 minutes on 2 cores)
 #   PLAIT_NIGHTLY=1 scripts/test.sh   also the heavy parts: the collective
 #                              sweeps over all 12 types on the emulator and
 #                              under ASan, and the emulator's tests again
 #                              under ThreadSanitizer, and each fuzz target
 #                              for 120 s instead of 10
-#   SKIP_EMULATION=1 SKIP_SANITIZE=1 SKIP_FUZZ=1 scripts/test.sh
+#   SKIP_EMULATION=1 SKIP_SANITIZE=1 SKIP_TSAN=1 SKIP_FUZZ=1 scripts/test.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Each phase says how long it took (CI keeps the whole run under 45 minutes).
@@ -99,6 +100,27 @@ if [[ "${SKIP_SANITIZE:-0}" != 1 ]]; then
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure --timeout 900 -LE "$skip")  # forks: see tests/api/CMakeLists.txt
   phase asan-tests
+fi
+# ThreadSanitizer on the host: the tests labelled tsan (tests/CMakeLists.txt
+# says which and why: ranks as threads, abort from another thread, host and
+# background streams, the network proxy, waits and FIFOs between threads; no
+# forks from a threaded process, TSan cannot start threads in such a child),
+# built into build-tsan-host with only their programs, at -O1 with line
+# tables only (-g1: reports keep file:line): about 170 s to build and 30 s
+# to run on 2 cores. A report fails the test (halt_on_error). No
+# suppressions: TSan cannot see a release through a peer's segment mapped at
+# another address than its owner's, so the transports name it there
+# (src/base/tsan.h) instead.
+if [[ "${SKIP_TSAN:-0}" != 1 ]]; then
+  TSAN_HOST_TARGETS="test_wait test_fifo test_fd_passing test_net test_net_gdr test_api_faults test_api_lifetime
+    test_api_mismatch test_membership test_encryption test_rma test_op_status test_nonblocking test_allreduce
+    test_p2p_groups test_registration"
+  BUILD_DIR="$ROOT/build-tsan-host" TARGETS="$TSAN_HOST_TARGETS" "$ROOT/scripts/build.sh" \
+    -DPLAIT_WITH_CUDA=OFF -DPLAIT_SANITIZE_THREAD=ON -DPLAIT_BUILD_PERF=OFF \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1"
+  phase tsan-host-build
+  (cd "$ROOT/build-tsan-host" && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure --timeout 900 -L tsan)
+  phase tsan-host-tests
 fi
 # libFuzzer targets (tests/fuzz): built with clang into build-fuzz, each run
 # over its committed corpus for PLAIT_FUZZ_SECONDS (10 s; nightly 120 s).

@@ -137,12 +137,12 @@ TEST_CASE("FifoShape sizes and validity", "[fifo]") {
   CHECK(offsetof(FifoControl, head) == 64);  // tail and head on separate cache lines
 }
 
-TEST_CASE("100k steps between two threads arrive complete and in order", "[fifo]") {
+TEST_CASE("100k steps between two threads arrive complete and in order", "[fifo][large]") {
   FifoFixture f({8, 4096});
   streamBetweenThreads(f, 100000);
 }
 
-TEST_CASE("streaming over a sweep of FIFO shapes", "[fifo]") {
+TEST_CASE("streaming over a sweep of FIFO shapes", "[fifo][large]") {
   for (int nSteps : {1, 2, 3, 8, 16}) {
     for (size_t stepBytes : {size_t(64), size_t(4096), size_t(64) << 10}) {
       INFO("nSteps " << nSteps << ", stepBytes " << stepBytes);
