@@ -64,22 +64,42 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/plait-fuzz.XXXXXX")"
 export ASAN_OPTIONS="detect_leaks=1:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 if symbolizer="$(command -v llvm-symbolizer)"; then export ASAN_SYMBOLIZER_PATH="$symbolizer"; fi
-failed=()
-for t in "${targets[@]}"; do
-  opts="$(options_for "$t")"
+# A run of `seconds` over corpus/<t> (read) with new inputs in $work/<t>;
+# one input may take 10 s and 2 GiB at most. Its verdict goes to $work/<t>.verdict.
+run_target() {
+  local t="$1" opts
+  opts="$(options_for "$t")" || { echo "FAILED" >"$work/$t.verdict"; return; }
   mkdir -p "$work/$t"
-  # A run of `seconds` over corpus/<t> (read) with new inputs in $work/<t>;
-  # one input may take 10 s and 2 GiB at most.
   # shellcheck disable=SC2086
   if "$BUILD_DIR/tests/fuzz/fuzz_$t" $opts -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -malloc_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/$t-" \
       "$work/$t" "$ROOT/tests/fuzz/corpus/$t" >"$work/$t.log" 2>&1; then
+    echo "ok" >"$work/$t.verdict"
+  else
+    echo "FAILED" >"$work/$t.verdict"
+  fi
+}
+# One target per core at a time: each still gets its `seconds`, and the
+# phase takes a core count's share of their sum.
+running=0
+for t in "${targets[@]}"; do
+  if ((running >= JOBS)); then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  run_target "$t" &
+  running=$((running + 1))
+done
+wait || true
+failed=()
+for t in "${targets[@]}"; do
+  if [[ "$(cat "$work/$t.verdict" 2>/dev/null)" == ok ]]; then
     echo "fuzz.sh: $t: $(grep -E '^stat::number_of_executed_units' "$work/$t.log" | awk '{print $2}') runs" \
          "in ${seconds} s, $(ls "$work/$t" | wc -l) new input(s), no failure"
   else
     failed+=("$t")
     echo "fuzz.sh: $t FAILED; log $work/$t.log, input(s): $(ls "$work/$t"-* 2>/dev/null | tr '\n' ' ')" >&2
-    grep -E "ERROR|SUMMARY|runtime error|==[0-9]+==" "$work/$t.log" | head -20 >&2 || true
+    grep -E "ERROR|SUMMARY|runtime error|==[0-9]+==" "$work/$t.log" 2>/dev/null | head -20 >&2 || true
   fi
 done
 if ((${#failed[@]})); then

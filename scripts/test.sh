@@ -119,7 +119,7 @@ if [[ "${SKIP_TSAN:-0}" != 1 ]]; then
     -DPLAIT_WITH_CUDA=OFF -DPLAIT_SANITIZE_THREAD=ON -DPLAIT_BUILD_PERF=OFF \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1"
   phase tsan-host-build
-  (cd "$ROOT/build-tsan-host" && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure --timeout 900 -L tsan)
+  (cd "$ROOT/build-tsan-host" && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure --timeout 900 -j 2 -L tsan)
   phase tsan-host-tests
 fi
 # libFuzzer targets (tests/fuzz): built with clang into build-fuzz, each run
