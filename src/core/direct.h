@@ -162,6 +162,7 @@ class DirectPath {
   std::vector<unsigned char> scratch_;
   int reproducible_ = 0;             // PLAIT_REPRODUCIBLE (core/reproducible.h)
   std::vector<unsigned char> foldScratch_;  // foldInto: nranks scaled chunks and the result
+  std::vector<const void*> foldInputs_;     // foldInto: per rank, its chunk (scaled or in place)
   static constexpr int kCollTypes = 10;  // CollType's values
   bool loggedDirect_[kCollTypes] = {};
   bool loggedFallback_[kCollTypes] = {};

@@ -184,7 +184,8 @@ void DirectPath::foldInto(const Task& task, size_t srcAt, size_t count, char* co
   const size_t slots = static_cast<size_t>(preOp ? nranks_ + 1 : 1);
   if (foldScratch_.size() < slots * bytes) foldScratch_.resize(slots * bytes);
   unsigned char* acc = foldScratch_.data();
-  std::vector<const void*> inputs(nranks_);
+  std::vector<const void*>& inputs = foldInputs_;  // per chunk: kept, not allocated each time
+  inputs.resize(nranks_);
   for (int r = 0; r < nranks_; ++r) {
     inputs[r] = sends_[r] + srcAt;
     if (!preOp) continue;
