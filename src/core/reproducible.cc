@@ -61,6 +61,9 @@ Result<int> reproducibleMode() {
   if (mode < kReproducibleOff || mode > kReproducibleExact)
     return invalidArgument("PLAIT_REPRODUCIBLE=" + std::to_string(mode) +
                            ": expected 0 (off), 1 (a fixed rank-order fold) or 2 (exact floating-point sums)");
+  if (mode != kReproducibleOff && kReproScratchBytes.get() < 4096)
+    return invalidArgument("PLAIT_REPRODUCIBLE_SCRATCH_BYTES=" + std::to_string(kReproScratchBytes.get()) +
+                           ": must be at least 4096 (the ordered exchange's receive slots)");
   return static_cast<int>(mode);
 }
 
@@ -207,7 +210,7 @@ Status Communicator::runReproducibleOnDevice(const Task& task) {
 Status Communicator::runOrderedExchange(const Task& task) {
   const size_t elem = typeSize(task.type);
   const bool preOp = task.op.kind == RedOpKind::kPreMulSum;
-  const size_t perSlot = static_cast<size_t>(std::max<int64_t>(kReproScratchBytes.get(), 4096)) /
+  const size_t perSlot = static_cast<size_t>(kReproScratchBytes.get()) /  // >= 4096: checked at init
                          (static_cast<size_t>(nranks_) * (preOp ? 2 : 1));
   const size_t slotElems = std::max<size_t>(1, perSlot / elem);
   const size_t scratchBytes = static_cast<size_t>(nranks_) * (preOp ? 2 : 1) * slotElems * elem;

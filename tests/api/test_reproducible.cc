@@ -379,4 +379,9 @@ TEST_CASE("ranks that disagree on the mode, or a bad value, fail init with the r
   const auto failed = plait_test::runThreads(1, [](int, ncclComm_t) { return std::string("init succeeded"); });
   REQUIRE(failed.size() == 1);
   CHECK(failed[0].find("PLAIT_REPRODUCIBLE=7: expected 0") != std::string::npos);
+  ScopedEnv on("PLAIT_REPRODUCIBLE", "1");
+  ScopedEnv tiny("PLAIT_REPRODUCIBLE_SCRATCH_BYTES", "-5");
+  const auto refused = plait_test::runThreads(1, [](int, ncclComm_t) { return std::string("init succeeded"); });
+  REQUIRE(refused.size() == 1);
+  CHECK(refused[0].find("PLAIT_REPRODUCIBLE_SCRATCH_BYTES=-5: must be at least 4096") != std::string::npos);
 }
