@@ -3,7 +3,7 @@
 # packages (run as root on Debian 12). Safe to run again.
 set -euo pipefail
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config  # toolchain
+  build-essential cmake ninja-build pkg-config ccache  # toolchain (ccache: scripts/test.sh)
   clang libclang-rt-14-dev llvm               # libFuzzer targets (scripts/fuzz.sh); llvm-symbolizer
   catch2 libbenchmark-dev                     # tests, microbenchmarks
   libpugixml-dev nlohmann-json3-dev libcli11-dev  # topology XML, tools' JSON and flags

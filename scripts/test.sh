@@ -6,8 +6,9 @@
 # ThreadSanitizer; last, the libFuzzer targets over their corpora.
 #   scripts/test.sh            everything CI runs (under 45 minutes on 2 cores)
 #   PLAIT_NIGHTLY=1 scripts/test.sh   also the heavy parts: the collective
-#                              sweeps over all 12 types on the emulator and
-#                              under ASan, and the emulator's tests again
+#                              sweeps over all 12 types on the emulator,
+#                              under ASan and in the plain pass's repeats
+#                              (label heavy), and the emulator's tests again
 #                              under ThreadSanitizer, and each fuzz target
 #                              for 120 s instead of 10
 #   SKIP_EMULATION=1 SKIP_SANITIZE=1 SKIP_TSAN=1 SKIP_FUZZ=1 scripts/test.sh
@@ -29,10 +30,27 @@ opt_flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g -DNDEBUG" -DCMAKE_CUDA_FLAGS
 if [[ "${PLAIT_TEST_NO_DEBUG_INFO:-0}" == 1 ]]; then
   opt_flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG")
 fi
-"$ROOT/scripts/build.sh" "${opt_flags[@]}" \
+# ccache (scripts/setup.sh installs it) for the main and emulator builds:
+# the emulator's build compiles most of the host library, Catch2's runner and
+# some tests with exactly the main build's commands (184 of its 240), and
+# gets those objects from the cache instead of compiling them again. Depend
+# mode: no preprocessor run on a miss. The cache is build-ccache/ (a fresh
+# clone starts empty), or $CCACHE_DIR where one is set.
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_DIR="${CCACHE_DIR:-$ROOT/build-ccache}" CCACHE_DEPEND=1 CCACHE_NOHASHDIR=1
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+"$ROOT/scripts/build.sh" "${opt_flags[@]}" "${launcher[@]}" \
   -DCMAKE_CUDA_ARCHITECTURES="${PLAIT_TEST_CUDA_ARCHITECTURES:-90}" -DCMAKE_CUDA_FLAGS="${PLAIT_TEST_CUDA_FLAGS:-}"
 phase build
-(cd "$ROOT/build" && ctest --output-on-failure --timeout 900 -j "${CTEST_JOBS:-1}")
+# The tests labelled heavy (repeats of a sweep with other sizes, channel
+# counts or settings) cover one type of each width and kind here, as in the
+# sanitizer pass; the sweeps they repeat cover all twelve. Nightly: all.
+heavy_sweep=quick
+[[ "${PLAIT_NIGHTLY:-0}" == 1 ]] && heavy_sweep=full
+(cd "$ROOT/build" && ctest --output-on-failure --timeout 900 -j "${CTEST_JOBS:-1}" -LE heavy &&
+  PLAIT_TEST_SWEEP=$heavy_sweep ctest --output-on-failure --timeout 900 -j "${CTEST_JOBS:-1}" -L heavy)
 phase tests
 if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then
   # The kernels compiled as C++ by the host compiler run on the emulated CUDA
@@ -50,7 +68,7 @@ if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then
       test_device_api_lsa test_device_api_windows test_symmetric_collectives vmm_probe_emu test_peer_memory
       test_net_gpu_memory test_device_reproducible"
     BUILD_DIR="$ROOT/build-emu" TARGETS="$EMU_TARGETS" \
-      "$ROOT/scripts/build.sh" "${opt_flags[@]}" -DPLAIT_DEVICE_EMULATION=ON -DPLAIT_BUILD_PERF=OFF
+      "$ROOT/scripts/build.sh" "${opt_flags[@]}" "${launcher[@]}" -DPLAIT_DEVICE_EMULATION=ON -DPLAIT_BUILD_PERF=OFF
     phase emu-build
     # The collective matrix on device buffers covers one type of each width
     # and kind in CI (PLAIT_TEST_SWEEP=quick, tests/api/values.h): each case
