@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,6 +49,11 @@ struct ncclComm {
   // they are done, then their first error once (api/nonblocking.cc).
   std::mutex backgroundMu;
   std::unique_ptr<plait::HostStream> background;  // made on first use
+  // A non-blocking split, shrink or grow hands out the child's shell before
+  // the agreement over the parent has decided its rank and size (see
+  // deferChild): `impl` is bound later, under this lock, unless destroy or
+  // abort began; retire takes it once after setting `closing`.
+  std::mutex bindMu;
 };
 
 namespace plait::api {
@@ -76,11 +82,29 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, nc
 // unknown); its death ends the child's init at once when it is on this host.
 ncclResult_t initChild(ncclComm_t parent, ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config,
                        const char* call, int rootRank = -1);
+// What the agreement over a parent (split, shrink, grow) decided for this
+// rank's child.
+using ChildPlan = Communicator::SplitResult;
+// Whether a split, shrink or grow of `parent` runs in its background (a
+// non-blocking parent outside a group): see deferChild.
+bool defersChild(ncclComm_t parent);
+// The non-blocking split, shrink and grow: returns ncclInProgress at once.
+// When `member`, *out is the child's shell, initialising (ncclCommGetAsyncError
+// on it says ncclInProgress, then ncclSuccess or the error); else *out stays
+// NULL (NCCL_SPLIT_NOCOLOR). `agree` (the collective step over the parent)
+// and then the child's init run in order on the parent's background stream,
+// so ncclCommGetAsyncError on the parent reports the agreement. Destroying or
+// aborting the child before its init ran skips the init; the parent's
+// destroy before the agreement ran fails the child.
+ncclResult_t deferChild(ncclComm_t parent, ncclComm_t* out, ncclConfig_t* config, const char* call, bool member,
+                        std::function<plait::Result<ChildPlan>()> agree);
 
 // Non-blocking communicators (nonblocking.cc). Queues `work` on comm's
 // background stream, holding the communicator (as CommUse) until it ran;
-// returns ncclInProgress. `work` does not run once destroy or abort began.
-ncclResult_t runInBackground(ncclComm_t comm, std::function<Status()> work);
+// returns ncclInProgress. `work` does not run once destroy or abort began:
+// `skipped` (if any) runs instead, with the reason.
+ncclResult_t runInBackground(ncclComm_t comm, std::function<Status()> work,
+                             std::function<void(const Status&)> skipped = nullptr);
 // Whether background work is queued or running; else its first error since
 // the last call (each error is reported once).
 bool backgroundPending(ncclComm_t comm, Status* firstError);

@@ -102,6 +102,73 @@ ncclResult_t initChild(ncclComm_t parent, ncclComm_t* out, int nranks, ncclUniqu
     if (p.rank == rootRank) rootPid = p.pid;
   return initRank(out, nranks, id, rank, config ? config : &inherited, call, std::move(parentPeers), rootPid);
 }
+
+bool defersChild(ncclComm_t parent) { return !parent->blocking && !plait::group::active(); }
+
+namespace {
+
+// A deferred child's init, on the parent's background stream after the
+// agreement gave `plan`; the parent is held (runInBackground).
+void bindAndInitChild(ncclComm_t parent, ncclComm_t shell, const ChildPlan& plan, plait::CommOptions options) {
+  options.parentPeers = parent->impl->localPeerProcesses();
+  for (const plait::PeerProcess& p : options.parentPeers)
+    if (p.rank == plan.rootRank) options.rootPid = p.pid;
+  {
+    std::lock_guard<std::mutex> bind(shell->bindMu);
+    if (shell->closing.load(std::memory_order_seq_cst) != 0) {
+      shell->initError = plait::invalidUsage("comm was destroyed or aborted before its initialisation ran");
+      shell->initState.store(2, std::memory_order_release);
+      return;
+    }
+    shell->rank = plan.rank;
+    shell->nranks = plan.nranks;
+    shell->impl = std::make_unique<plait::Communicator>(plan.rank, plan.nranks);
+    shell->inflight.fetch_add(1, std::memory_order_seq_cst);  // as CommUse, until its init returned
+  }
+  initShell(shell, plan.id, std::move(options));
+  shell->inflight.fetch_sub(1, std::memory_order_release);
+}
+
+}  // namespace
+
+ncclResult_t deferChild(ncclComm_t parent, ncclComm_t* out, ncclConfig_t* config, const char* call, bool member,
+                        std::function<plait::Result<ChildPlan>()> agree) {
+  ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
+  inherited.blocking = 0;  // the parent's mode (non-blocking: the only parent that defers)
+  plait::CommOptions options;
+  if (Status s = readCommConfig(config ? config : &inherited, &options); !s.isOk()) return fail(s, call);
+  ncclComm_t shell = nullptr;
+  if (member) {
+    shell = new ncclComm();
+    shell->cudaDev = plait::cuda::currentDevice();  // the caller's, as initRank
+    options.cudaDev = shell->cudaDev;
+    shell->blocking = options.blocking;
+    shell->initState.store(1, std::memory_order_release);
+  }
+  *out = shell;
+  auto failChild = [shell, call](const Status& s) {
+    if (shell == nullptr) return;
+    shell->initError = Status(s.code(), std::string(call) + ": " + s.message());
+    shell->initState.store(2, std::memory_order_release);
+  };
+  return runInBackground(
+      parent,
+      [parent, shell, options, failChild, agree = std::move(agree)]() -> Status {
+        plait::Result<ChildPlan> plan = plait::invalidUsage("no agreement");
+        Status thrown = plait::noThrow([&] {
+          plan = agree();
+          return Status::ok();
+        });
+        if (!thrown.isOk()) plan = thrown;
+        if (!plan.isOk()) {
+          failChild(plan.status());
+          return plan.status();
+        }
+        if (shell != nullptr) bindAndInitChild(parent, shell, *plan, options);
+        return Status::ok();  // the child's own init reports on the child
+      },
+      failChild);
+}
 }  // namespace plait::api
 
 namespace {
@@ -110,7 +177,13 @@ namespace {
 // stays as a tombstone so later calls on the handle fail cleanly.
 void retire(ncclComm_t comm, bool abort) {
   comm->closing.store(1, std::memory_order_seq_cst);
-  if (abort) comm->impl->abort();
+  {
+    // A deferred child (deferChild) binds impl under this lock only while
+    // `closing` is clear: from here on it either is bound, and its init holds
+    // `inflight`, or it never will be.
+    std::lock_guard<std::mutex> bind(comm->bindMu);
+    if (abort && comm->impl) comm->impl->abort();
+  }
   if (comm->initThread.joinable()) comm->initThread.join();
   // Calls still inside the communicator leave within their own wait bounds
   // (at once after an abort). Past twice PLAIT_TIMEOUT something is wrong:
@@ -270,6 +343,9 @@ PLAIT_API(ncclResult_t, CommSplit, (ncclComm_t comm, int color, int key, ncclCom
                 call);
   plait::CommOptions probe;
   if (Status s = readCommConfig(config, &probe); !s.isOk()) return fail(s, call);
+  if (defersChild(comm))
+    return deferChild(comm, newcomm, config, call, color != NCCL_SPLIT_NOCOLOR,
+                      [comm, color, key] { return comm->impl->split(color, key); });
   plait::Result<plait::Communicator::SplitResult> split = plait::invalidUsage("comm is being destroyed or aborted");
   {
     CommUse use(comm);

@@ -2,6 +2,7 @@
 // (NCCL 2.32) with ncclCommGetUniqueId, ncclCommRevoke and ncclCommShrink
 // (NCCL 2.27), over core/comm_grow.cc and core/comm_shrink.cc.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,20 @@ PLAIT_API(ncclResult_t, CommGrow,
                 call);
   plait::CommOptions probe;
   if (Status s = readCommConfig(config, &probe); !s.isOk()) return fail(s, call);
+  if (defersChild(comm)) {
+    std::optional<ncclUniqueId> given;  // the caller's id need not outlive the call
+    if (uniqueId != nullptr) given = *uniqueId;
+    return deferChild(comm, newcomm, config, call, true, [comm, given, nRanks]() -> plait::Result<ChildPlan> {
+      plait::Result<ncclUniqueId> agreed = comm->impl->agreeOnGrow(given ? &*given : nullptr, nRanks);
+      if (!agreed.isOk()) return agreed.status();
+      ChildPlan plan;
+      plan.member = true;
+      plan.rank = comm->rank;
+      plan.nranks = nRanks;
+      plan.id = *agreed;
+      return plan;
+    });
+  }
   plait::Result<ncclUniqueId> id = plait::invalidUsage("comm is being destroyed or aborted");
   {
     CommUse use(comm);
@@ -121,10 +136,26 @@ PLAIT_API(ncclResult_t, CommShrink,
   }
   plait::CommOptions probe;
   if (Status s = readCommConfig(config, &probe); !s.isOk()) return fail(s, call);
+  const bool abortInFlight = (shrinkFlags & NCCL_SHRINK_ABORT) != 0;
+  if (defersChild(comm)) {
+    // NCCL_SHRINK_ABORT revokes now: the calls queued before this one (which
+    // may wait on the dead ranks) must not hold the shrink back.
+    if (abortInFlight) {
+      Status s = plait::invalidUsage("comm is being destroyed or aborted");
+      {
+        CommUse use(comm);
+        if (use.usable()) s = comm->impl->revoked() ? Status::ok() : comm->impl->revoke();
+      }
+      if (!s.isOk()) return fail(s, call);
+    }
+    return deferChild(comm, newcomm, config, call, true, [comm, excluded, abortInFlight] {
+      return comm->impl->shrink(excluded, abortInFlight);
+    });
+  }
   plait::Result<plait::Communicator::SplitResult> shrunk = plait::invalidUsage("comm is being destroyed or aborted");
   {
     CommUse use(comm);
-    if (use.usable()) shrunk = comm->impl->shrink(excluded, (shrinkFlags & NCCL_SHRINK_ABORT) != 0);
+    if (use.usable()) shrunk = comm->impl->shrink(excluded, abortInFlight);
   }
   if (!shrunk.isOk()) return fail(shrunk.status(), call);
   return initChild(comm, newcomm, shrunk->nranks, shrunk->id, shrunk->rank, config, call, shrunk->rootRank);

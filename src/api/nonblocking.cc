@@ -6,7 +6,8 @@
 
 namespace plait::api {
 
-ncclResult_t runInBackground(ncclComm_t comm, std::function<Status()> work) {
+ncclResult_t runInBackground(ncclComm_t comm, std::function<Status()> work,
+                             std::function<void(const Status&)> skipped) {
   HostStream* stream;
   {
     std::lock_guard<std::mutex> lock(comm->backgroundMu);
@@ -14,10 +15,14 @@ ncclResult_t runInBackground(ncclComm_t comm, std::function<Status()> work) {
     stream = comm->background.get();
   }
   comm->inflight.fetch_add(1, std::memory_order_seq_cst);  // as CommUse, until the work ran
-  stream->enqueue([comm, work = std::move(work)] {
-    Status s = comm->closing.load(std::memory_order_seq_cst) != 0
-                   ? invalidUsage("comm was destroyed or aborted before its queued call ran")
-                   : work();
+  stream->enqueue([comm, work = std::move(work), skipped = std::move(skipped)] {
+    Status s;
+    if (comm->closing.load(std::memory_order_seq_cst) != 0) {
+      s = invalidUsage("comm was destroyed or aborted before its queued call ran");
+      if (skipped) skipped(s);
+    } else {
+      s = work();
+    }
     comm->inflight.fetch_sub(1, std::memory_order_release);
     return s;
   });

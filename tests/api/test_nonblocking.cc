@@ -1,8 +1,9 @@
 // Non-blocking communicators (config.blocking = 0; issue 15 item 3): init,
-// host collectives and finalize return ncclInProgress and progress in the
-// background; ncclCommGetAsyncError reports completion (and a background
-// call's error, once); ncclCommAbort ends a call that waits for a missing
-// peer. Argument errors still come back from the call itself.
+// host collectives, split, shrink, grow and finalize return ncclInProgress
+// and progress in the background; ncclCommGetAsyncError reports completion
+// (and a background call's error, once); ncclCommAbort ends a call that
+// waits for a missing peer, and a child whose agreement is still pending.
+// Argument errors still come back from the call itself.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -38,15 +39,15 @@ ncclComm_t initNonBlocking(int nranks, ncclUniqueId id, int rank) {
   return waitDone(comm) == ncclSuccess ? comm : nullptr;
 }
 
-// Runs body(rank, comm) on two threads with non-blocking communicators.
-std::vector<std::string> runPair(const std::function<std::string(int, ncclComm_t)>& body) {
+// Runs body(rank, comm) on `nranks` threads with non-blocking communicators.
+std::vector<std::string> runRanks(int nranks, const std::function<std::string(int, ncclComm_t)>& body) {
   ncclUniqueId id;
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-  std::vector<std::string> errors(2);
+  std::vector<std::string> errors(nranks);
   std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
+  for (int r = 0; r < nranks; ++r)
     threads.emplace_back([&, r] {
-      ncclComm_t comm = initNonBlocking(2, id, r);
+      ncclComm_t comm = initNonBlocking(nranks, id, r);
       if (comm == nullptr) {
         errors[r] = std::string("init: ") + ncclGetLastError(nullptr);
         return;
@@ -56,6 +57,36 @@ std::vector<std::string> runPair(const std::function<std::string(int, ncclComm_t
     });
   for (auto& t : threads) t.join();
   return errors;
+}
+
+std::vector<std::string> runPair(const std::function<std::string(int, ncclComm_t)>& body) {
+  return runRanks(2, body);
+}
+
+// A flag one rank raises and another waits for, at most 20 s (then false:
+// the test fails rather than hangs).
+struct Signal {
+  std::atomic<bool> raised{false};
+  void raise() { raised.store(true); }
+  bool wait() const {
+    const auto until = Clock::now() + std::chrono::seconds(20);
+    while (!raised.load() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return raised.load();
+  }
+};
+
+ncclResult_t asyncState(ncclComm_t comm) {
+  ncclResult_t state = ncclInternalError;
+  return ncclCommGetAsyncError(comm, &state) == ncclSuccess ? state : ncclInternalError;
+}
+
+// An AllReduce of rank+1 on `comm`, waited for: "" or what went wrong.
+std::string sumOfRanks(ncclComm_t comm, int nranks, int rank) {
+  int32_t x = rank + 1, sum = 0;
+  const ncclResult_t r = ncclAllReduce(&x, &sum, 1, ncclInt32, ncclSum, comm, nullptr);
+  if (r != ncclInProgress && r != ncclSuccess) return std::string("AllReduce: ") + ncclGetLastError(comm);
+  if (ncclResult_t s = waitDone(comm); s != ncclSuccess) return "AllReduce ended with " + std::to_string(s);
+  return sum == nranks * (nranks + 1) / 2 ? "" : "AllReduce gave " + std::to_string(sum);
 }
 
 }  // namespace
@@ -155,4 +186,186 @@ TEST_CASE("A non-blocking split gives a child that becomes ready", "[nonblocking
     return s == ncclSuccess && sum == 3 ? "" : "child AllReduce: " + std::to_string(s) + ", " + std::to_string(sum);
   });
   for (const auto& e : errors) CHECK(e == "");
+}
+
+// The agreement over the parent runs in the parent's background: rank 0's
+// split returns before rank 1 has called it (a split that blocked would wait
+// for rank 1, which waits for rank 0's return: the Signal's 20 s, then a
+// failure). Until rank 1 joins, both the parent and the child say
+// ncclInProgress, and the child's queries too.
+TEST_CASE("A non-blocking split returns before the other ranks called it", "[nonblocking]") {
+  Signal rank0Returned;
+  auto errors = runPair([&](int rank, ncclComm_t comm) -> std::string {
+    if (rank == 1 && !rank0Returned.wait()) return "rank 0's ncclCommSplit did not return before rank 1 called it";
+    ncclComm_t child = nullptr;
+    if (ncclCommSplit(comm, 0, rank, &child, nullptr) != ncclInProgress)
+      return std::string("split did not return ncclInProgress: ") + ncclGetLastError(comm);
+    if (child == nullptr) return "no child handle";
+    if (rank == 0) {
+      int count = -1;
+      const ncclResult_t countResult = ncclCommCount(child, &count);
+      const ncclResult_t parentState = asyncState(comm), childState = asyncState(child);
+      rank0Returned.raise();
+      if (parentState != ncclInProgress || childState != ncclInProgress || countResult != ncclInProgress)
+        return "before rank 1 joined: parent " + std::to_string(parentState) + ", child " +
+               std::to_string(childState) + ", ncclCommCount " + std::to_string(countResult);
+    }
+    if (ncclResult_t s = waitDone(child); s != ncclSuccess)
+      return "child: " + std::to_string(s) + " " + ncclGetLastError(child);
+    if (waitDone(comm) != ncclSuccess) return std::string("parent: ") + ncclGetLastError(comm);
+    int count = 0, me = -1;
+    if (ncclCommCount(child, &count) != ncclSuccess || ncclCommUserRank(child, &me) != ncclSuccess || count != 2 ||
+        me != rank)
+      return "child of " + std::to_string(count) + " ranks, rank " + std::to_string(me);
+    std::string err = sumOfRanks(child, 2, rank);
+    ncclCommDestroy(child);
+    return err.empty() ? sumOfRanks(comm, 2, rank) : err;
+  });
+  for (const auto& e : errors) CHECK(e == "");
+}
+
+TEST_CASE("A non-blocking split with NCCL_SPLIT_NOCOLOR gives no child and completes on the parent", "[nonblocking]") {
+  auto errors = runPair([](int rank, ncclComm_t comm) -> std::string {
+    ncclComm_t child = reinterpret_cast<ncclComm_t>(&child);  // must be overwritten
+    const int color = rank == 1 ? NCCL_SPLIT_NOCOLOR : 7;
+    if (ncclCommSplit(comm, color, 0, &child, nullptr) != ncclInProgress)
+      return std::string("split: ") + ncclGetLastError(comm);
+    if (waitDone(comm) != ncclSuccess) return std::string("parent: ") + ncclGetLastError(comm);
+    if (rank == 1) return child == nullptr ? "" : "NCCL_SPLIT_NOCOLOR gave a child";
+    if (child == nullptr || waitDone(child) != ncclSuccess) return std::string("child: ") + ncclGetLastError(child);
+    std::string err = sumOfRanks(child, 1, 0);
+    ncclCommDestroy(child);
+    return err;
+  });
+  for (const auto& e : errors) CHECK(e == "");
+}
+
+// Aborting the child while the agreement waits for rank 1 returns at once;
+// the agreement still completes on the parent (rank 1 joins later), the
+// child's init is skipped, and the parent stays usable.
+TEST_CASE("ncclCommAbort on a non-blocking split's child before its init ran", "[nonblocking]") {
+  Signal aborted;
+  auto errors = runPair([&](int rank, ncclComm_t comm) -> std::string {
+    ncclComm_t child = nullptr;
+    if (rank == 1) {
+      if (!aborted.wait()) return "rank 0 never aborted its child";
+      if (ncclCommSplit(comm, NCCL_SPLIT_NOCOLOR, 0, &child, nullptr) != ncclInProgress)
+        return std::string("split: ") + ncclGetLastError(comm);
+    } else {
+      if (ncclCommSplit(comm, 0, 0, &child, nullptr) != ncclInProgress || child == nullptr)
+        return std::string("split: ") + ncclGetLastError(comm);
+      const auto t0 = Clock::now();
+      const ncclResult_t r = ncclCommAbort(child);
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      aborted.raise();
+      if (r != ncclSuccess || ms > 2000) return "abort: " + std::to_string(r) + " after " + std::to_string(ms) + " ms";
+      if (asyncState(child) != ncclInternalError) return "the aborted child still answers";
+    }
+    if (waitDone(comm) != ncclSuccess) return std::string("parent after the split: ") + ncclGetLastError(comm);
+    return sumOfRanks(comm, 2, rank);
+  });
+  for (const auto& e : errors) CHECK(e == "");
+}
+
+// A split queued behind an AllReduce that waits for a missing peer, then the
+// parent aborted: the AllReduce ends, the split never runs, and the child
+// reports that instead of staying in progress.
+TEST_CASE("A non-blocking split whose parent is aborted before it ran fails its child", "[nonblocking]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  Signal done;
+  std::thread peer([&] {  // joins, never calls the AllReduce or the split
+    ncclComm_t comm = initNonBlocking(2, id, 1);
+    done.wait();
+    ncclCommAbort(comm);
+  });
+  ncclComm_t comm = initNonBlocking(2, id, 0);
+  REQUIRE(comm != nullptr);
+  std::vector<float> buf(1024, 1.0f);
+  CHECK(ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr) == ncclInProgress);
+  ncclComm_t child = nullptr;
+  CHECK(ncclCommSplit(comm, 0, 0, &child, nullptr) == ncclInProgress);
+  REQUIRE(child != nullptr);
+  CHECK(asyncState(child) == ncclInProgress);
+  CHECK(ncclCommAbort(comm) == ncclSuccess);
+  const ncclResult_t childState = waitDone(child);
+  CHECK(childState == ncclInvalidUsage);
+  const ncclResult_t r = ncclAllReduce(buf.data(), buf.data(), 1, ncclFloat, ncclSum, child, nullptr);
+  CHECK(r == ncclInvalidUsage);
+  const std::string why = ncclGetLastError(child);
+  CHECK(why.find("ncclCommSplit") != std::string::npos);
+  CHECK(why.find("before its queued call ran") != std::string::npos);
+  CHECK(ncclCommDestroy(child) == ncclSuccess);
+  done.raise();
+  peer.join();
+}
+
+// Shrink without rank 2 (which never calls it): both survivors' calls return
+// at once, their children become ready and reduce over two ranks.
+TEST_CASE("A non-blocking shrink returns at once and its child becomes ready", "[nonblocking]") {
+  Signal survivorsDone;
+  auto errors = runRanks(3, [&](int rank, ncclComm_t comm) -> std::string {
+    if (rank == 2) {  // the excluded rank: alive, but out of the shrink
+      survivorsDone.wait();
+      return "";
+    }
+    int excluded[] = {2};
+    ncclComm_t child = nullptr;
+    const ncclResult_t r = ncclCommShrink(comm, excluded, 1, &child, nullptr, NCCL_SHRINK_ABORT);
+    std::string err;
+    if (r != ncclInProgress || child == nullptr)
+      err = "shrink returned " + std::to_string(r) + ": " + ncclGetLastError(comm);
+    else if (ncclResult_t s = waitDone(child); s != ncclSuccess)
+      err = "child: " + std::to_string(s) + " " + ncclGetLastError(child);
+    else
+      err = sumOfRanks(child, 2, rank);
+    if (child != nullptr) ncclCommDestroy(child);
+    if (rank == 0) survivorsDone.raise();
+    return err;
+  });
+  for (const auto& e : errors) CHECK(e == "");
+}
+
+// Grow from 2 ranks to 3: rank 0 returns before rank 1 called ncclCommGrow
+// (the agreement waits for rank 1 in rank 0's background); the newcomer
+// joins with an ordinary non-blocking init; all three reduce.
+TEST_CASE("A non-blocking grow returns at once and the grown communicator becomes ready", "[nonblocking]") {
+  ncclUniqueId growId;
+  Signal idReady, rank0Returned;
+  std::string newcomerError = "never ran";
+  std::thread newcomer([&] {
+    if (!idReady.wait()) {
+      newcomerError = "no id from rank 0";
+      return;
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t grown = nullptr;
+    const ncclResult_t r = ncclCommGrow(nullptr, 3, &growId, 2, &grown, &config);
+    if (r != ncclInProgress && r != ncclSuccess) {
+      newcomerError = std::string("newcomer: ") + ncclGetLastError(nullptr);
+      return;
+    }
+    newcomerError = waitDone(grown) == ncclSuccess ? sumOfRanks(grown, 3, 2) : "newcomer's init failed";
+    ncclCommDestroy(grown);
+  });
+  auto errors = runPair([&](int rank, ncclComm_t comm) -> std::string {
+    if (rank == 0) {
+      if (ncclCommGetUniqueId(comm, &growId) != ncclSuccess) return std::string("id: ") + ncclGetLastError(comm);
+      idReady.raise();
+    } else if (!rank0Returned.wait()) {
+      return "rank 0's ncclCommGrow did not return before rank 1 called it";
+    }
+    ncclComm_t grown = nullptr;
+    const ncclResult_t r = ncclCommGrow(comm, 3, rank == 0 ? &growId : nullptr, -1, &grown, nullptr);
+    if (rank == 0) rank0Returned.raise();
+    if (r != ncclInProgress || grown == nullptr) return "grow returned " + std::to_string(r);
+    std::string err = waitDone(grown) == ncclSuccess ? sumOfRanks(grown, 3, rank)
+                                                     : std::string("grown: ") + ncclGetLastError(grown);
+    ncclCommDestroy(grown);
+    return err.empty() ? sumOfRanks(comm, 2, rank) : err;
+  });
+  newcomer.join();
+  for (const auto& e : errors) CHECK(e == "");
+  CHECK(newcomerError == "");
 }
