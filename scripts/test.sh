@@ -4,7 +4,7 @@
 # the unit and multi-process tests again under AddressSanitizer +
 # UndefinedBehaviorSanitizer; the host tests whose ranks are threads under
 # ThreadSanitizer; last, the libFuzzer targets over their corpora.
-#   scripts/test.sh            everything CI runs (under 45 minutes on 2 cores)
+#   scripts/test.sh            everything CI runs (budget: 45 minutes on 2 cores)
 #   PLAIT_NIGHTLY=1 scripts/test.sh   also the heavy parts: the collective
 #                              sweeps over all 12 types on the emulator,
 #                              under ASan and in the plain pass's repeats
