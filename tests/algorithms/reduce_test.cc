@@ -19,6 +19,7 @@
 
 #include "algorithms/format_reference.h"
 #include "algorithms/reduce.h"
+#include "sweep_mode.h"
 
 using plait::RedOp;
 using plait::RedOpKind;
@@ -330,8 +331,7 @@ void onEveryIsa(Body body) {
 // the test's 59 s): the dispatched kernels only; every ISA runs in the plain
 // pass and nightly.
 TEST_CASE("every type x op x option matches the reference at odd counts", "[reduce]") {
-  const char* mode = std::getenv("PLAIT_TEST_SWEEP");
-  if (mode != nullptr && std::strcmp(mode, "quick") == 0) {
+  if (plait_test::quickSweepRequested()) {
     INFO("isa " << plait::reduceKernelIsa());
     CHECK(sweep({0, 1, 7, 33, 1023}, /*fullFlags=*/true) == 0);
     return;
@@ -344,8 +344,7 @@ TEST_CASE("every type x op x option matches the reference at odd counts", "[redu
 // the smallest whose 1-byte outputs reach the streaming stores (16 KiB) plus
 // a tail; both sizes on both paths run in the plain pass and nightly.
 TEST_CASE("large buffers (the streaming-store path) match the reference", "[reduce]") {
-  const char* mode = std::getenv("PLAIT_TEST_SWEEP");
-  if (mode != nullptr && std::strcmp(mode, "quick") == 0) {
+  if (plait_test::quickSweepRequested()) {
     INFO("isa " << plait::reduceKernelIsa());
     CHECK(sweep({(16 << 10) + 7}, /*fullFlags=*/false) == 0);
     return;

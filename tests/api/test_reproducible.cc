@@ -29,6 +29,7 @@
 #include "direct_test_env.h"
 #include "harness.h"
 #include "nccl.h"
+#include "sweep_mode.h"
 
 namespace {
 
@@ -129,10 +130,7 @@ std::vector<char> inputOf(ncclDataType_t t, int rank, size_t count, bool exactSa
 // PLAIT_TEST_SWEEP=quick (the ASan pass in CI): float and half only, and
 // the configurations that take different paths (the others run in the plain
 // pass).
-bool quickSweep() {
-  const char* mode = std::getenv("PLAIT_TEST_SWEEP");
-  return mode != nullptr && std::string(mode) == "quick";
-}
+bool quickSweep() { return plait_test::quickSweepRequested(); }
 
 enum Coll { kAllReduce, kReduce, kReduceScatter };
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "nccl.h"
+#include "sweep_mode.h"
 
 namespace plait_test {
 
@@ -37,8 +38,7 @@ inline bool isFloat(ncclDataType_t t) { return t >= ncclFloat16; }
 // plain pass and PLAIT_NIGHTLY=1 run everything. Says so once.
 inline bool quickSweep() {
   static const bool quick = [] {
-    const char* mode = std::getenv("PLAIT_TEST_SWEEP");
-    const bool q = mode != nullptr && std::strcmp(mode, "quick") == 0;
+    const bool q = plait_test::quickSweepRequested();
     if (q)
       std::printf("PLAIT_TEST_SWEEP=quick: sweeps cover int8, bfloat16, float32, uint64 on 1, 2, 4, 5 ranks "
                   "(large and misaligned buffers: 2, 5 ranks)\n");
