@@ -33,7 +33,10 @@ State& state() {
   return s;
 }
 
-__attribute__((tls_model("initial-exec"))) thread_local int tlsRank = -1;
+// The default TLS model, not initial-exec: a library with static TLS cannot
+// be dlopen()ed once a process's static TLS surplus is spent (torch's
+// extensions, ctypes, frameworks that load libnccl.so.2 late).
+thread_local int tlsRank = -1;
 
 Level parseLevel(const std::string& s) {
   if (s == "NONE") return Level::kNone;

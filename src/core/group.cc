@@ -15,8 +15,11 @@ struct ThreadGroup {
   Status firstError;
 };
 
-// initial-exec: the per-call check stays a plain TLS load, not a __tls_get_addr call.
-__attribute__((tls_model("initial-exec"))) thread_local ThreadGroup tls;
+// The default TLS model (see base/log.cc): initial-exec saved a
+// __tls_get_addr call per operation but made the library fail to load with
+// dlopen() in processes such as Python with torch ("cannot allocate memory in
+// static TLS block").
+thread_local ThreadGroup tls;
 
 }  // namespace
 
