@@ -12,6 +12,7 @@ PACKAGES=(
   mpich libmpich-dev                          # a second MPI peer (Open MPI stays the default mpirun)
   python3 python3-matplotlib graphviz         # perf/compare plots, topology pictures
   python3-pip                                 # NVIDIA's newest NCCL headers from PyPI (tests/abi)
+  python3-venv python3-dev                    # the PyTorch backend (scripts/setup_torch.sh)
   iproute2 nftables iperf3 procps             # multi-node tests in network namespaces
   libssl3                                     # ncclSetEncryption (TLS, loaded at run time)
 )

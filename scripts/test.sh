@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the full suite (unit, multi-rank,
-# multi-process, tools); the CUDA kernels on the device emulator (emu/); then
+# multi-process, tools); the PyTorch backend against Gloo (bindings/torch);
+# the CUDA kernels on the device emulator (emu/); then
 # the unit and multi-process tests again under AddressSanitizer +
 # UndefinedBehaviorSanitizer; the host tests whose ranks are threads under
 # ThreadSanitizer; last, the libFuzzer targets over their corpora.
@@ -11,7 +12,7 @@
 #                              (label heavy), and the emulator's tests again
 #                              under ThreadSanitizer, and each fuzz target
 #                              for 120 s instead of 10
-#   SKIP_EMULATION=1 SKIP_SANITIZE=1 SKIP_TSAN=1 SKIP_FUZZ=1 scripts/test.sh
+#   SKIP_EMULATION=1 SKIP_SANITIZE=1 SKIP_TSAN=1 SKIP_FUZZ=1 SKIP_TORCH=1 scripts/test.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Each phase says how long it took (CI keeps the whole run under 45 minutes).
@@ -41,6 +42,15 @@ if command -v ccache >/dev/null; then
   export CCACHE_DIR="${CCACHE_DIR:-$ROOT/build-ccache}" CCACHE_DEPEND=1 CCACHE_NOHASHDIR=1
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
+# The PyTorch backend's environment (torch from PyPI, about 3 GB to fetch and
+# unpack) is installed beside the build: it is mostly download and disk, so
+# the build loses little and the torch phase below waits for less.
+torch_pid=""
+if [[ "${SKIP_TORCH:-0}" != 1 ]]; then
+  mkdir -p "$ROOT/build-torch"
+  PLAIT_SKIP_SETUP=1 "$ROOT/scripts/setup_torch.sh" --install-only >"$ROOT/build-torch/install.log" 2>&1 &
+  torch_pid=$!
+fi
 "$ROOT/scripts/build.sh" "${opt_flags[@]}" "${launcher[@]}" \
   -DCMAKE_CUDA_ARCHITECTURES="${PLAIT_TEST_CUDA_ARCHITECTURES:-90}" -DCMAKE_CUDA_FLAGS="${PLAIT_TEST_CUDA_FLAGS:-}"
 phase build
@@ -56,9 +66,27 @@ heavy_sweep=quick
 # tests that need the machine to themselves (network namespaces, the tools'
 # benchmarks) are RUN_SERIAL.
 jobs=${CTEST_JOBS:-2}
+# The label nightly (repeats of the collective sweeps with other channel
+# counts and sizes, tests/api/CMakeLists.txt) runs only nightly.
+heavy_skip=(-LE nightly)
+[[ "${PLAIT_NIGHTLY:-0}" == 1 ]] && heavy_skip=()
 (cd "$ROOT/build" && ctest --output-on-failure --timeout 900 -j "$jobs" -LE heavy &&
-  PLAIT_TEST_SWEEP=$heavy_sweep ctest --output-on-failure --timeout 900 -j "$jobs" -L heavy)
+  PLAIT_TEST_SWEEP=$heavy_sweep ctest --output-on-failure --timeout 900 -j "$jobs" -L heavy "${heavy_skip[@]}")
 phase tests
+# The PyTorch backend (bindings/torch) on build/'s library: every c10d
+# collective against Gloo at 2 and 4 ranks, DDP/ZeRO/FSDP2 at 2, torchrun,
+# a timeout and a killed rank (bindings/torch/tests/test_backend.py).
+if [[ -n "$torch_pid" ]]; then
+  if ! wait "$torch_pid"; then
+    cat "$ROOT/build-torch/install.log" >&2
+    echo "test.sh: installing torch failed (SKIP_TORCH=1 skips the PyTorch backend)" >&2
+    exit 1
+  fi
+  py=$(PLAIT_SKIP_SETUP=1 "$ROOT/scripts/setup_torch.sh" | tail -1)
+  phase torch-build
+  "$py" "$ROOT/bindings/torch/tests/test_backend.py" --worlds 2,4 --training-worlds 2
+  phase torch-tests
+fi
 if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then
   # The kernels compiled as C++ by the host compiler run on the emulated CUDA
   # runtime: only the targets the emulation tests need are built. It needs

@@ -1,0 +1,163 @@
+// process_group_plait.h — Plait as a torch.distributed (c10d) backend.
+//
+// ProcessGroupPlait is a c10d::Backend over Plait's public C API (nccl.h,
+// linked from libplait.so, never NVIDIA's libnccl.so.2 that torch itself
+// loads) and its host streams (plait/stream.hpp). Every operation is queued
+// on the group's HostStream and returns at once with a PlaitWork; the
+// stream's thread runs the blocking Plait call, copies results into outputs
+// that were not contiguous, and completes the Work and its Future.
+//
+// Rendezvous goes through the c10d store torch hands the backend: rank 0
+// publishes the unique id under "plait/uid", the others read it.
+//
+// Thread safety: torch calls a backend from one thread at a time per group;
+// abort() may come from any thread. Device: CPU tensors; a CUDA tensor is
+// refused with a message (this build has no device path through torch).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "nccl.h"
+#include "plait/stream.hpp"
+
+namespace plait_torch {
+
+// The communicator and whether it was aborted, shared by the group and its
+// Works (a Work may outlive its group).
+struct CommState {
+  ncclComm_t comm = nullptr;
+  std::mutex mu;
+  bool aborted = false;
+  std::string abortReason;
+  // Aborts once: every call in flight ends (ncclCommAbort) and later ones fail.
+  void abort(const std::string& reason);
+  // The handle, or nullptr with *why set when the group was aborted.
+  ncclComm_t use(std::string* why);
+};
+
+class PlaitWork : public c10d::Work {
+ public:
+  PlaitWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
+            std::shared_ptr<CommState> state, std::string what);
+  // Blocks until the operation ended; past the timeout (the call's, else the
+  // group's) the communicator is aborted and DistBackendError raised.
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  std::vector<at::Tensor> result() override { return outputs_; }
+  void synchronize() override {}
+  const std::string& what() const { return what_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  // Called once by the stream's thread: nullptr means success.
+  void complete(std::exception_ptr error);
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<CommState> state_;
+  std::string what_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // made on request, guarded by mutex_
+
+  void markFuture(const c10::intrusive_ptr<c10::ivalue::Future>& future);
+};
+
+class ProcessGroupPlait : public c10d::Backend {
+ public:
+  ProcessGroupPlait(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    std::chrono::milliseconds timeout);
+  ~ProcessGroupPlait() override;
+
+  const std::string getBackendName() const override { return "plait"; }
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  void abort() override;
+  void shutdown() override;
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = {}) override;
+
+  // The library this backend runs on (the file libplait.so was loaded from).
+  static std::string libraryPath();
+
+ private:
+  // One queued Plait call: runs on the stream's thread with the handle; a
+  // non-success result becomes the Work's error (with ncclGetLastError).
+  using Body = std::function<ncclResult_t(ncclComm_t)>;
+  struct Step {
+    Body body;
+    std::function<void()> after;  // copies out of staging buffers; may be empty
+  };
+  c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char* what, std::vector<at::Tensor> outputs,
+                                        std::vector<at::Tensor> keepAlive, std::chrono::milliseconds timeout,
+                                        bool async, Step step);
+  void runSteps(const std::vector<Step>& steps, bool grouped,
+                const std::vector<c10::intrusive_ptr<PlaitWork>>& works);
+  std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;
+
+  std::shared_ptr<CommState> state_;
+  std::unique_ptr<plait::HostStream> stream_;
+  std::chrono::milliseconds timeout_;
+  int64_t libraryTimeoutMs_ = 0;  // PLAIT_TIMEOUT
+  uint64_t seq_ = 0;
+  // Coalescing (startCoalescing .. endCoalescing): the calls are held and run
+  // as one ncclGroupStart/End group.
+  bool coalescing_ = false;
+  std::vector<Step> held_;
+  std::vector<c10::intrusive_ptr<PlaitWork>> heldWorks_;
+  std::vector<at::Tensor> heldOutputs_;
+};
+
+// For the Python registration: torch.distributed's creator signature.
+c10::intrusive_ptr<c10d::Backend> createProcessGroupPlait(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                          int size, std::chrono::milliseconds timeout);
+
+}  // namespace plait_torch

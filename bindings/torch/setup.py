@@ -1,0 +1,42 @@
+# Builds plait_torch: the c10d backend (csrc/) against the installed torch
+# and Plait's libplait.so from a Plait build (PLAIT_BUILD_DIR, default the
+# repository's build/). The library is copied into the package and found
+# through $ORIGIN, so the installed package does not depend on the build tree.
+#   scripts/setup_torch.sh   (creates the venv, installs torch, runs this)
+import os
+import shutil
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+BUILD = os.environ.get("PLAIT_BUILD_DIR", os.path.join(ROOT, "build"))
+LIBDIR = os.path.join(BUILD, "src", "api")
+LIBRARY = os.path.join(LIBDIR, "libplait.so.0")
+if not os.path.exists(LIBRARY):
+    raise SystemExit(f"plait_torch: {LIBRARY} not found: build Plait first (scripts/build.sh) or set PLAIT_BUILD_DIR")
+shutil.copy2(LIBRARY, os.path.join(HERE, "plait_torch", "libplait.so.0"))
+
+setup(
+    name="plait_torch",
+    version="0.1.0",
+    description="Plait as a torch.distributed backend: init_process_group('plait')",
+    packages=["plait_torch"],
+    package_data={"plait_torch": ["libplait.so.0"]},
+    ext_modules=[
+        CppExtension(
+            "plait_torch._C",
+            ["csrc/process_group_plait.cc", "csrc/module.cc"],
+            include_dirs=[os.path.join(ROOT, "include")],
+            library_dirs=[LIBDIR],
+            libraries=["plait"],
+            # -g0: the debug info Python's flags add doubles the compile time of two
+            # files that include all of ATen (CI builds them on every run).
+            extra_compile_args=["-O2", "-g0", "-std=c++20", "-Wall"],
+            extra_link_args=["-Wl,-rpath,$ORIGIN"],
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension},
+    zip_safe=False,
+)
