@@ -27,7 +27,7 @@ setup(
     ext_modules=[
         CppExtension(
             "plait_torch._C",
-            ["csrc/process_group_plait.cc", "csrc/module.cc"],
+            ["csrc/process_group_plait.cc", "csrc/reduction.cc", "csrc/module.cc"],
             include_dirs=[os.path.join(ROOT, "include")],
             library_dirs=[LIBDIR],
             libraries=["plait"],

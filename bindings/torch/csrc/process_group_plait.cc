@@ -4,10 +4,13 @@
 #include <dlfcn.h>
 
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+
+#include "reduction.h"
 
 namespace plait_torch {
 namespace {
@@ -52,6 +55,18 @@ void checkSameShape(const at::Tensor& a, const at::Tensor& b, const char* what) 
   TORCH_CHECK(a.numel() == b.numel(), "plait: ", what, ": tensors of ", a.numel(), " and ", b.numel(), " elements");
 }
 
+// The flat pair of the *_tensor collectives: `whole` holds `blocks` blocks
+// the size of `part`, of the same type.
+void checkBlocks(const at::Tensor& whole, const at::Tensor& part, int blocks, const char* what,
+                 const char* wholeName) {
+  checkTensor(whole, what);
+  checkTensor(part, what);
+  TORCH_CHECK(whole.scalar_type() == part.scalar_type(), "plait: ", what, ": tensors of different types (",
+              whole.scalar_type(), " and ", part.scalar_type(), ")");
+  TORCH_CHECK(whole.numel() == part.numel() * blocks, "plait: ", what, ": ", wholeName, " has ", whole.numel(),
+              " elements; it needs ", blocks, " x ", part.numel());
+}
+
 size_t bytesOf(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
 // A contiguous buffer for a tensor the call writes: the tensor itself, or a
@@ -74,117 +89,6 @@ std::function<void()> chain(std::function<void()> a, std::function<void()> b) {
     a();
     b();
   };
-}
-
-// The NCCL type of an element type that is reduced (data movement uses bytes).
-ncclDataType_t reductionType(at::ScalarType type, const char* what) {
-  switch (type) {
-    case at::kFloat: return ncclFloat32;
-    case at::kDouble: return ncclFloat64;
-    case at::kHalf: return ncclFloat16;
-    case at::kBFloat16: return ncclBfloat16;
-    case at::kChar: return ncclInt8;
-    case at::kByte: return ncclUint8;
-    case at::kBool: return ncclUint8;
-    case at::kInt: return ncclInt32;
-    case at::kLong: return ncclInt64;
-    case at::kUInt32: return ncclUint32;
-    case at::kUInt64: return ncclUint64;
-    case at::kFloat8_e4m3fn: return ncclFloat8e4m3;
-    case at::kFloat8_e5m2: return ncclFloat8e5m2;
-    default: break;
-  }
-  TORCH_CHECK(false, "plait: ", what, ": cannot reduce ", type,
-              " tensors (NCCL's types: float16/32/64, bfloat16, float8 e4m3fn/e5m2, int8/32/64, uint8/32/64, bool)");
-}
-
-// Inside a group the PreMulSum operators are destroyed after ncclGroupEnd
-// (the calls run there); runSteps points this at its list.
-thread_local std::vector<std::function<void()>>* deferredDestroys = nullptr;
-
-// How one reduction runs: type, operator, and the scalar of a PREMUL_SUM.
-struct Reduction {
-  ncclDataType_t type = ncclFloat32;
-  ncclRedOp_t op = ncclSum;
-  int64_t elementsPerItem = 1;  // complex numbers reduce as pairs of reals
-  at::Tensor premulScalar;      // defined for PREMUL_SUM: one element of the type
-  ncclRedOp_t bitwise = ncclNumOps;
-
-  // Runs call(op) with the operator, creating and destroying a PreMulSum.
-  ncclResult_t run(ncclComm_t comm, const std::function<ncclResult_t(ncclRedOp_t)>& call) const {
-    if (!premulScalar.defined()) return call(op);
-    ncclRedOp_t custom;
-    ncclResult_t r = ncclRedOpCreatePreMulSum(&custom, premulScalar.data_ptr(), type, ncclScalarHostImmediate, comm);
-    if (r != ncclSuccess) return r;
-    r = call(custom);
-    if (deferredDestroys != nullptr) {
-      deferredDestroys->push_back([custom, comm] { ncclRedOpDestroy(custom, comm); });
-      return r;
-    }
-    ncclResult_t d = ncclRedOpDestroy(custom, comm);
-    return r != ncclSuccess ? r : d;
-  }
-};
-
-bool isComplex(at::ScalarType t) { return t == at::kComplexFloat || t == at::kComplexDouble || t == at::kComplexHalf; }
-
-Reduction reductionFor(const at::Tensor& t, const c10d::ReduceOp& reduceOp, const char* what) {
-  Reduction r;
-  at::ScalarType type = t.scalar_type();
-  const auto op = reduceOp.op_;
-  if (isComplex(type)) {
-    TORCH_CHECK(op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG || op == c10d::ReduceOp::PREMUL_SUM, "plait: ",
-                what, ": complex tensors reduce with SUM, AVG or PREMUL_SUM only");
-    type = c10::toRealValueType(type);
-    r.elementsPerItem = 2;
-  }
-  r.type = reductionType(type, what);
-  switch (op) {
-    case c10d::ReduceOp::SUM: r.op = ncclSum; break;
-    case c10d::ReduceOp::PRODUCT: r.op = ncclProd; break;
-    case c10d::ReduceOp::MIN: r.op = ncclMin; break;
-    case c10d::ReduceOp::MAX: r.op = ncclMax; break;
-    case c10d::ReduceOp::AVG:
-      TORCH_CHECK(type != at::kBool, "plait: ", what, ": AVG of bool tensors is undefined");
-      r.op = ncclAvg;
-      break;
-    case c10d::ReduceOp::PREMUL_SUM: {
-      auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(reduceOp.supplement_.get());
-      TORCH_CHECK(supplement != nullptr, "plait: ", what, ": PREMUL_SUM without its factor");
-      at::Tensor factor = supplement->tensor_factor.defined()
-                              ? supplement->tensor_factor.to(at::kCPU)
-                              : at::scalar_tensor(supplement->double_factor, at::TensorOptions().dtype(at::kDouble));
-      r.premulScalar = factor.to(type).contiguous();
-      r.op = ncclSum;
-      break;
-    }
-    case c10d::ReduceOp::BAND: case c10d::ReduceOp::BOR: case c10d::ReduceOp::BXOR:
-      TORCH_CHECK(at::isIntegralType(type, /*includeBool=*/true), "plait: ", what,
-                  ": bitwise reductions need integer or bool tensors, got ", type);
-      r.bitwise = op == c10d::ReduceOp::BAND ? ncclProd : op == c10d::ReduceOp::BOR ? ncclSum : ncclMax;
-      break;
-    default: TORCH_CHECK(false, "plait: ", what, ": unsupported reduce op ", static_cast<int>(op));
-  }
-  // Bool follows ProcessGroupNCCL: SUM is logical or (MAX), PRODUCT logical and (MIN).
-  if (type == at::kBool) {
-    if (op == c10d::ReduceOp::SUM) r.op = ncclMax;
-    if (op == c10d::ReduceOp::PRODUCT) r.op = ncclMin;
-  }
-  return r;
-}
-
-at::Tensor realView(const at::Tensor& t) { return isComplex(t.scalar_type()) ? at::view_as_real(t) : t; }
-
-// The bitwise fold of a [size, n] gather into out (NCCL has no bitwise
-// reductions: BAND/BOR/BXOR gather every rank's input and fold locally).
-void foldBitwise(const at::Tensor& gathered, const at::Tensor& out, c10d::ReduceOp::RedOpType op) {
-  at::Tensor acc = gathered[0].clone();
-  for (int64_t i = 1; i < gathered.size(0); ++i) {
-    if (op == c10d::ReduceOp::BAND) acc.bitwise_and_(gathered[i]);
-    else if (op == c10d::ReduceOp::BOR) acc.bitwise_or_(gathered[i]);
-    else acc.bitwise_xor_(gathered[i]);
-  }
-  out.copy_(acc.view(out.sizes()));
 }
 
 }  // namespace
@@ -341,18 +245,19 @@ void ProcessGroupPlait::runSteps(const std::vector<Step>& steps, bool grouped,
     error = makeError(why);
   } else {
     ncclResult_t r = grouped ? ncclGroupStart() : ncclSuccess;
-    std::vector<std::function<void()>> destroys;
-    if (grouped) deferredDestroys = &destroys;
-    for (const Step& step : steps)
-      if (r == ncclSuccess) r = step.body(comm);
-    if (grouped) {
-      deferredDestroys = nullptr;
-      const ncclResult_t end = ncclGroupEnd();
-      if (r == ncclSuccess) r = end;
-      for (auto& destroy : destroys) destroy();
+    {
+      std::optional<DeferredDestroys> destroys;  // a group's PreMulSums outlive its ncclGroupEnd
+      if (grouped) destroys.emplace();
+      for (const Step& step : steps)
+        if (r == ncclSuccess) r = step.body(comm);
+      if (grouped) {
+        const ncclResult_t end = ncclGroupEnd();
+        if (r == ncclSuccess) r = end;
+      }
     }
     if (r != ncclSuccess) {
-      const std::string what = grouped ? "a coalesced group (" + works.front()->what() + ", ...)" : works.front()->what();
+      const std::string what =
+          grouped ? "a coalesced group (" + works.front()->what() + ", ...)" : works.front()->what();
       error = makeError(callError(what.c_str(), r, comm));
     } else {
       try {
@@ -389,7 +294,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::submit(c10d::OpType type, cons
   // hand-offs fewer (the stream's wake-up and the caller's). Only where
   // Plait's own deadline is no longer than the call's timeout, since no
   // Work::wait() can end an inline call early.
-  if (!async && stream_->idle() && libraryTimeoutMs_ > 0 && work->timeout() >= std::chrono::milliseconds(libraryTimeoutMs_)) {
+  const bool deadlineFits =
+      libraryTimeoutMs_ > 0 && work->timeout() >= std::chrono::milliseconds(libraryTimeoutMs_);
+  if (!async && deadlineFits && stream_->idle()) {
     runSteps({held}, /*grouped=*/false, {work});
     return work;
   }
@@ -503,12 +410,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::reduce(std::vector<at::Tensor>
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                   const c10d::AllgatherOptions& opts) {
-  checkTensor(output, "all_gather_into_tensor");
-  checkTensor(input, "all_gather_into_tensor");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "plait: all_gather_into_tensor: output is ",
-              output.scalar_type(), ", input ", input.scalar_type());
-  TORCH_CHECK(output.numel() == input.numel() * size_, "plait: all_gather_into_tensor: output has ", output.numel(),
-              " elements; it needs ", size_, " x ", input.numel());
+  checkBlocks(output, input, size_, "all_gather_into_tensor", "output");
   at::Tensor in = input.contiguous();
   Staged s = stageOutput(output, /*keepContents=*/false);
   at::Tensor out = s.buffer;
@@ -523,8 +425,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::allgather(std::vector<std::vec
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::AllgatherOptions& opts) {
   checkSingle(inputs, "all_gather");
-  TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "plait: all_gather: the output list ",
-              "must hold ", size_, " tensors");
+  TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
+              "plait: all_gather: the output list must hold ", size_, " tensors");
   for (const auto& o : outputs[0]) {
     checkTensor(o, "all_gather");
     checkSameShape(o, inputs[0], "all_gather");
@@ -633,12 +535,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::scatter(std::vector<at::Tensor
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                        const c10d::ReduceScatterOptions& opts) {
-  checkTensor(output, "reduce_scatter_tensor");
-  checkTensor(input, "reduce_scatter_tensor");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "plait: reduce_scatter_tensor: output is ",
-              output.scalar_type(), ", input ", input.scalar_type());
-  TORCH_CHECK(input.numel() == output.numel() * size_, "plait: reduce_scatter_tensor: input has ", input.numel(),
-              " elements; it needs ", size_, " x ", output.numel());
+  checkBlocks(input, output, size_, "reduce_scatter_tensor", "input");
   Reduction red = reductionFor(output, opts.reduceOp, "reduce_scatter_tensor");
   TORCH_CHECK(red.bitwise == ncclNumOps, "plait: reduce_scatter: bitwise reductions are available in all_reduce only");
   at::Tensor in = realView(input.contiguous());

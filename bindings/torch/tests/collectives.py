@@ -200,6 +200,16 @@ def run_plait_only(rank, world, results):
         else:
             dist.all_reduce(t, op=OPS[opname])
         results[case] = t
+    # PREMUL_SUM inside a coalesced group: each operator must live until the
+    # group's ncclGroupEnd ran the calls.
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    cases = [f"plait_only/premul/float64#coalesced{i}" for i in range(3)]
+    ts = [values(case, rank, 257, torch.float64) for case in cases]
+    with _coalescing_manager(async_ops=True) as cm:
+        for t in ts:
+            dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.25))
+    cm.wait()
+    results.update(zip(cases, ts))
 
 
 def run(rank, world, backend, init, out_prefix):
