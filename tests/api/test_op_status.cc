@@ -86,11 +86,22 @@ TEST_CASE("A rank on another host that never arrives is named with where it is",
     ncclResult_t r = ncclAllGather(buf.data(), gathered.data(), 256, ncclFloat, comm, nullptr);
     return std::to_string(r) + ": " + ncclGetLastError(comm);
   });
+  // Ranks 0 and 1 (one host) wait for rank 2 with the same deadline. The one
+  // that times out first aborts, and the other, still waiting in the ring,
+  // may see that abort before its own deadline (seen once under ASan): its
+  // error then names the aborted rank instead, which is right too. At least
+  // one of them gives the full report.
+  int reports = 0;
   for (int rank : {0, 1}) {
     const std::string& t = texts[static_cast<size_t>(rank)];
     INFO("rank " << rank << ": " << t);
     CHECK(t.rfind(std::to_string(ncclRemoteError) + ":", 0) == 0);
-    CHECK(t.find("timed out") != std::string::npos);
+    if (t.find("timed out") == std::string::npos) {
+      CHECK(t.find("rank " + std::to_string(1 - rank) + " (pid ") != std::string::npos);
+      CHECK(t.find("aborted") != std::string::npos);
+      continue;
+    }
+    ++reports;
     CHECK(t.find("rank 2 (host ") != std::string::npos);
     CHECK(t.find("is at AllReduce #1 (count 256, float, sum) for ") != std::string::npos);
     // Ranks 0 and 1 time out at about the same moment: the one that writes
@@ -103,6 +114,7 @@ TEST_CASE("A rank on another host that never arrives is named with where it is",
     CHECK((t.find(both + " are at AllGather #2 (count 256, float)") != std::string::npos ||
            (t.find(alone) != std::string::npos && otherGone)));
   }
+  CHECK(reports >= 1);
   CHECK(texts[2] == "skipped");
 }
 
