@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -128,6 +129,12 @@ PlaitWork::PlaitWork(int rank, c10d::OpType type, std::vector<at::Tensor> output
 
 bool PlaitWork::wait(std::chrono::milliseconds timeout) {
   const std::chrono::milliseconds limit = timeout == kNoTimeout ? timeout_ : timeout;
+  // Yield for a short while before sleeping (spin → yield → block): a small
+  // call ends within tens of microseconds, and a condition variable's
+  // wake-up costs about as much again.
+  const auto spinUntil = std::chrono::steady_clock::now() + std::chrono::microseconds(kYieldMicros);
+  while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spinUntil)
+    std::this_thread::yield();
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_for(lock, limit, [this] { return completed_; })) {
     lock.unlock();
@@ -165,6 +172,7 @@ void PlaitWork::complete(std::exception_ptr error) {
     exception_ = error;
     future = future_;
   }
+  done_.store(true, std::memory_order_release);
   cv_.notify_all();
   if (future) markFuture(future);  // outside the lock: its callbacks may call back into this Work
 }

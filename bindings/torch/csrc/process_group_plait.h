@@ -15,6 +15,7 @@
 // refused with a message (this build has no device path through torch).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,8 @@ class PlaitWork : public c10d::Work {
   std::shared_ptr<CommState> state_;
   std::string what_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // made on request, guarded by mutex_
+  std::atomic<bool> done_{false};  // completed_, readable without the lock (wait's yield loop)
+  static constexpr int kYieldMicros = 50;
 
   void markFuture(const c10::intrusive_ptr<c10::ivalue::Future>& future);
 };
