@@ -84,7 +84,8 @@ if [[ -n "$torch_pid" ]]; then
   fi
   py=$(PLAIT_SKIP_SETUP=1 "$ROOT/scripts/setup_torch.sh" | tail -1)
   phase torch-build
-  "$py" "$ROOT/bindings/torch/tests/test_backend.py" --worlds 2,4 --training-worlds 2
+  # The whole run is bounded (it takes 1-2 minutes): a hang fails CI instead of holding it.
+  timeout --kill-after=30 900 "$py" "$ROOT/bindings/torch/tests/test_backend.py" --worlds 2,4 --training-worlds 2
   phase torch-tests
 fi
 if [[ "${SKIP_EMULATION:-0}" != 1 ]]; then

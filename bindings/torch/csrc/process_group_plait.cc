@@ -340,6 +340,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::endCoalescing() {
   return all;
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::coalesced(const char* what, size_t n,
+                                                            const std::function<void(size_t)>& each) {
+  TORCH_CHECK(n > 0, "plait: ", what, " of no tensors");
+  const bool outer = coalescing_;  // inside the caller's region: its endCoalescing runs them
+  if (!outer) startCoalescing();
+  try {
+    for (size_t i = 0; i < n; ++i) each(i);
+  } catch (...) {
+    if (!outer) {  // a bad argument: nothing of this call runs, and the group stays usable
+      coalescing_ = false;
+      held_.clear();
+      heldWorks_.clear();
+    }
+    throw;
+  }
+  return outer ? c10::intrusive_ptr<c10d::Work>(heldWorks_.back()) : endCoalescing();
+}
+
 // ---- Collectives ----------------------------------------------------------
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::broadcast(std::vector<at::Tensor>& tensors,
@@ -385,14 +403,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::allreduce(std::vector<at::Tens
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                       const c10d::AllreduceCoalescedOptions& opts) {
-  TORCH_CHECK(!tensors.empty(), "plait: allreduce_coalesced of no tensors");
-  const bool outer = coalescing_;
-  if (!outer) startCoalescing();
-  for (auto& t : tensors) {
-    std::vector<at::Tensor> one{t};
+  return coalesced("allreduce_coalesced", tensors.size(), [&](size_t i) {
+    std::vector<at::Tensor> one{tensors[i]};
     allreduce(one, opts);
-  }
-  return outer ? c10::intrusive_ptr<c10d::Work>(heldWorks_.back()) : endCoalescing();
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::reduce(std::vector<at::Tensor>& tensors,
@@ -457,24 +471,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::allgather_coalesced(
     const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputLists.size() == inputs.size(), "plait: allgather_coalesced: ", inputs.size(), " inputs and ",
               outputLists.size(), " output lists");
-  const bool outer = coalescing_;
-  if (!outer) startCoalescing();
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  return coalesced("allgather_coalesced", inputs.size(), [&](size_t i) {
     std::vector<std::vector<at::Tensor>> out{outputLists[i]};
     std::vector<at::Tensor> in{inputs[i]};
     allgather(out, in, opts);
-  }
-  return outer ? c10::intrusive_ptr<c10d::Work>(heldWorks_.back()) : endCoalescing();
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(), "plait: all_gather_into_tensor_coalesced: ", inputs.size(),
               " inputs and ", outputs.size(), " outputs");
-  const bool outer = coalescing_;
-  if (!outer) startCoalescing();
-  for (size_t i = 0; i < inputs.size(); ++i) _allgather_base(outputs[i], inputs[i], opts);
-  return outer ? c10::intrusive_ptr<c10d::Work>(heldWorks_.back()) : endCoalescing();
+  return coalesced("all_gather_into_tensor_coalesced", inputs.size(),
+                   [&](size_t i) { _allgather_base(outputs[i], inputs[i], opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -578,10 +587,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::reduce_scatter_tensor_coalesce
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(), "plait: reduce_scatter_tensor_coalesced: ", inputs.size(),
               " inputs and ", outputs.size(), " outputs");
-  const bool outer = coalescing_;
-  if (!outer) startCoalescing();
-  for (size_t i = 0; i < inputs.size(); ++i) _reduce_scatter_base(outputs[i], inputs[i], opts);
-  return outer ? c10::intrusive_ptr<c10d::Work>(heldWorks_.back()) : endCoalescing();
+  return coalesced("reduce_scatter_tensor_coalesced", inputs.size(),
+                   [&](size_t i) { _reduce_scatter_base(outputs[i], inputs[i], opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::alltoall_base(at::Tensor& output, at::Tensor& input,

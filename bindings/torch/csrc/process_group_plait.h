@@ -142,6 +142,9 @@ class ProcessGroupPlait : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, const char* what, std::vector<at::Tensor> outputs,
                                         std::vector<at::Tensor> keepAlive, std::chrono::milliseconds timeout,
                                         bool async, Step step);
+  // Calls each(0..n-1) inside one coalescing region: this call's, or the
+  // caller's already open one (then the caller's endCoalescing runs them).
+  c10::intrusive_ptr<c10d::Work> coalesced(const char* what, size_t n, const std::function<void(size_t)>& each);
   void runSteps(const std::vector<Step>& steps, bool grouped,
                 const std::vector<c10::intrusive_ptr<PlaitWork>>& works);
   std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;

@@ -210,6 +210,18 @@ def run_plait_only(rank, world, results):
             dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.25))
     cm.wait()
     results.update(zip(cases, ts))
+    # A bad argument inside a coalesced group: an error naming the call, and the
+    # group stays usable (its region is closed, nothing of it runs).
+    try:
+        with _coalescing_manager(async_ops=True) as cm:
+            dist.all_gather_into_tensor(torch.empty(3), torch.ones(2))  # needs world * 2 elements
+        cm.wait()
+        named = False
+    except Exception as e:  # noqa: BLE001
+        named = "all_gather_into_tensor" in str(e)
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)
+    results["plait_checks/coalesced_bad_size"] = torch.tensor([named, bool((t == world * (world + 1) / 2).all())])
 
 
 def run(rank, world, backend, init, out_prefix):

@@ -101,6 +101,8 @@ def test_collectives(world, workdir):
             if not ok or r == 0:
                 check(ok, f"{world} ranks, rank {r}: {case} {why}")
         for case, got in plait[r].items():
+            if case.startswith("plait_checks/"):  # plait-only conditions, all must hold
+                check(bool(got.all()), f"{world} ranks, rank {r}: {case} {got.tolist()}")
             if case.startswith("plait_only/"):
                 check(reference(case, world)(got), f"{world} ranks, rank {r}: {case} against the reference")
 
