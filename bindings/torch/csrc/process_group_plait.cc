@@ -68,6 +68,23 @@ void checkBlocks(const at::Tensor& whole, const at::Tensor& part, int blocks, co
               " elements; it needs ", blocks, " x ", part.numel());
 }
 
+// One row per tensor of a list, contiguous: the flat input of scatter and
+// reduce_scatter.
+at::Tensor packRows(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> rows;
+  rows.reserve(tensors.size());
+  for (const auto& t : tensors) rows.push_back(t.reshape({-1}));
+  return at::stack(rows);
+}
+
+// After the call: row i of flat into targets[i] (all_gather's and gather's lists).
+std::function<void()> unpackRows(const at::Tensor& flat, std::vector<at::Tensor> targets) {
+  return [flat, targets = std::move(targets)]() mutable {
+    for (size_t i = 0; i < targets.size(); ++i)
+      targets[i].copy_(flat[static_cast<int64_t>(i)].view(targets[i].sizes()));
+  };
+}
+
 size_t bytesOf(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
 // A contiguous buffer for a tensor the call writes: the tensor itself, or a
@@ -244,8 +261,23 @@ std::chrono::milliseconds ProcessGroupPlait::timeoutOf(std::chrono::milliseconds
   return requested.count() > 0 ? requested : timeout_;
 }
 
-void ProcessGroupPlait::runSteps(const std::vector<Step>& steps, bool grouped,
-                                 const std::vector<c10::intrusive_ptr<PlaitWork>>& works) {
+int ProcessGroupPlait::checkRoot(int64_t root, const char* what) const {
+  TORCH_CHECK(root >= 0 && root < size_, "plait: ", what, ": root ", root, " is not a rank of this group of ", size_);
+  return static_cast<int>(root);
+}
+
+void ProcessGroupPlait::checkList(const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like,
+                                  const char* what, const char* which) const {
+  TORCH_CHECK(lists.size() == 1 && static_cast<int>(lists[0].size()) == size_, "plait: ", what, ": the ", which,
+              " list must hold ", size_, " tensors");
+  for (const auto& t : lists[0]) {
+    checkTensor(t, what);
+    checkSameShape(t, like, what);
+  }
+}
+
+void ProcessGroupPlait::runSteps(std::span<const Step> steps, bool grouped,
+                                 std::span<const c10::intrusive_ptr<PlaitWork>> works) {
   std::exception_ptr error;
   std::string why;
   ncclComm_t comm = state_->use(&why);
@@ -305,11 +337,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::submit(c10d::OpType type, cons
   const bool deadlineFits =
       libraryTimeoutMs_ > 0 && work->timeout() >= std::chrono::milliseconds(libraryTimeoutMs_);
   if (!async && deadlineFits && stream_->idle()) {
-    runSteps({held}, /*grouped=*/false, {work});
+    runSteps({&held, 1}, /*grouped=*/false, {&work, 1});
     return work;
   }
   stream_->enqueue([this, held = std::move(held), work]() {
-    runSteps({held}, /*grouped=*/false, {work});
+    runSteps({&held, 1}, /*grouped=*/false, {&work, 1});
     return plait::Status::ok();
   });
   return work;
@@ -363,10 +395,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::coalesced(const char* what, si
 c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::broadcast(std::vector<at::Tensor>& tensors,
                                                             const c10d::BroadcastOptions& opts) {
   checkSingle(tensors, "broadcast");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "plait: broadcast: root ", opts.rootRank,
-              " is not a rank of this group of ", size_);
+  const int root = checkRoot(opts.rootRank, "broadcast");
   Staged s = stageOutput(tensors[0], /*keepContents=*/true);
-  const int root = static_cast<int>(opts.rootRank);
   at::Tensor buf = s.buffer;
   return submit(c10d::OpType::BROADCAST, "broadcast", tensors, {}, opts.timeout, opts.asyncOp,
                 {[buf, root](ncclComm_t c) {
@@ -412,14 +442,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::allreduce_coalesced(std::vecto
 c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::reduce(std::vector<at::Tensor>& tensors,
                                                          const c10d::ReduceOptions& opts) {
   checkSingle(tensors, "reduce");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "plait: reduce: root ", opts.rootRank,
-              " is not a rank of this group of ", size_);
+  const int root = checkRoot(opts.rootRank, "reduce");
   const at::Tensor& t = tensors[0];
   Reduction red = reductionFor(t, opts.reduceOp, "reduce");
   TORCH_CHECK(red.bitwise == ncclNumOps, "plait: reduce: bitwise reductions are available in all_reduce only");
   Staged s = stageOutput(t, /*keepContents=*/true);
   at::Tensor real = realView(s.buffer);
-  const int root = static_cast<int>(opts.rootRank);
   return submit(c10d::OpType::REDUCE, "reduce", tensors, {}, opts.timeout, opts.asyncOp,
                 {[real, red, root](ncclComm_t c) {
                    return red.run(c, [&](ncclRedOp_t op) {
@@ -447,12 +475,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::allgather(std::vector<std::vec
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::AllgatherOptions& opts) {
   checkSingle(inputs, "all_gather");
-  TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
-              "plait: all_gather: the output list must hold ", size_, " tensors");
-  for (const auto& o : outputs[0]) {
-    checkTensor(o, "all_gather");
-    checkSameShape(o, inputs[0], "all_gather");
-  }
+  checkList(outputs, inputs[0], "all_gather", "output");
   at::Tensor in = inputs[0].contiguous();
   at::Tensor flat = at::empty({size_, in.numel()}, in.options());
   std::vector<at::Tensor> targets = outputs[0];
@@ -460,10 +483,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::allgather(std::vector<std::vec
                 {[in, flat](ncclComm_t c) {
                    return ncclAllGather(in.data_ptr(), flat.data_ptr(), bytesOf(in), ncclUint8, c, nullptr);
                  },
-                 [flat, targets]() mutable {
-                   for (size_t i = 0; i < targets.size(); ++i)
-                     targets[i].copy_(flat[static_cast<int64_t>(i)].view(targets[i].sizes()));
-                 }});
+                 unpackRows(flat, targets)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::allgather_coalesced(
@@ -490,19 +510,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::gather(std::vector<std::vector
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::GatherOptions& opts) {
   checkSingle(inputs, "gather");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "plait: gather: root ", opts.rootRank,
-              " is not a rank of this group of ", size_);
-  const int root = static_cast<int>(opts.rootRank);
+  const int root = checkRoot(opts.rootRank, "gather");
   at::Tensor in = inputs[0].contiguous();
   std::vector<at::Tensor> targets;
   at::Tensor flat;
   if (rank_ == root) {
-    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "plait: gather: the root's ",
-                "output list must hold ", size_, " tensors");
-    for (const auto& o : outputs[0]) {
-      checkTensor(o, "gather");
-      checkSameShape(o, in, "gather");
-    }
+    checkList(outputs, in, "gather", "root's output");
     targets = outputs[0];
     flat = at::empty({size_, in.numel()}, in.options());
   } else {
@@ -513,30 +526,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::gather(std::vector<std::vector
                    return ncclGather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, bytesOf(in),
                                      ncclUint8, root, c, nullptr);
                  },
-                 [flat, targets]() mutable {
-                   for (size_t i = 0; i < targets.size(); ++i)
-                     targets[i].copy_(flat[static_cast<int64_t>(i)].view(targets[i].sizes()));
-                 }});
+                 unpackRows(flat, targets)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::scatter(std::vector<at::Tensor>& outputs,
                                                           std::vector<std::vector<at::Tensor>>& inputs,
                                                           const c10d::ScatterOptions& opts) {
   checkSingle(outputs, "scatter");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "plait: scatter: root ", opts.rootRank,
-              " is not a rank of this group of ", size_);
-  const int root = static_cast<int>(opts.rootRank);
+  const int root = checkRoot(opts.rootRank, "scatter");
   at::Tensor flat;
   if (rank_ == root) {
-    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "plait: scatter: the root's ",
-                "input list must hold ", size_, " tensors");
-    std::vector<at::Tensor> rows;
-    for (const auto& i : inputs[0]) {
-      checkTensor(i, "scatter");
-      checkSameShape(i, outputs[0], "scatter");
-      rows.push_back(i.reshape({-1}));
-    }
-    flat = at::stack(rows);
+    checkList(inputs, outputs[0], "scatter", "root's input");
+    flat = packRows(inputs[0]);
   } else {
     TORCH_CHECK(inputs.empty() || inputs[0].empty(), "plait: scatter: only the root passes input tensors");
   }
@@ -571,15 +572,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::reduce_scatter(std::vector<at:
                                                                  std::vector<std::vector<at::Tensor>>& inputs,
                                                                  const c10d::ReduceScatterOptions& opts) {
   checkSingle(outputs, "reduce_scatter");
-  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "plait: reduce_scatter: the input ",
-              "list must hold ", size_, " tensors");
-  std::vector<at::Tensor> rows;
-  for (const auto& i : inputs[0]) {
-    checkTensor(i, "reduce_scatter");
-    checkSameShape(i, outputs[0], "reduce_scatter");
-    rows.push_back(i.reshape({-1}));
-  }
-  at::Tensor flat = at::cat(rows);
+  checkList(inputs, outputs[0], "reduce_scatter", "input");
+  at::Tensor flat = packRows(inputs[0]).view({-1});
   return _reduce_scatter_base(outputs[0], flat, opts);
 }
 

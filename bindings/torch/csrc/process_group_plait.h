@@ -19,6 +19,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -145,8 +146,12 @@ class ProcessGroupPlait : public c10d::Backend {
   // Calls each(0..n-1) inside one coalescing region: this call's, or the
   // caller's already open one (then the caller's endCoalescing runs them).
   c10::intrusive_ptr<c10d::Work> coalesced(const char* what, size_t n, const std::function<void(size_t)>& each);
-  void runSteps(const std::vector<Step>& steps, bool grouped,
-                const std::vector<c10::intrusive_ptr<PlaitWork>>& works);
+  void runSteps(std::span<const Step> steps, bool grouped, std::span<const c10::intrusive_ptr<PlaitWork>> works);
+  // The root of a rooted collective, checked against the group's size.
+  int checkRoot(int64_t root, const char* what) const;
+  // A list argument (one list of size() tensors, each like `like`).
+  void checkList(const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like, const char* what,
+                 const char* which) const;
   std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;
 
   std::shared_ptr<CommState> state_;
