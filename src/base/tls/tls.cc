@@ -1,6 +1,7 @@
 #include "base/tls/tls.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -180,6 +181,13 @@ std::mutex gMu;
 std::shared_ptr<const Context> gCurrent;
 bool gSettled = false;  // set by the API or by the first current() (environment)
 std::string gBroken;    // the environment's key could not be used: no connection may open
+
+// A process that forks while another of its threads holds gMu (the
+// bootstrap root's thread asks current() for every connection it accepts)
+// would give the child a mutex locked forever: a rank forked after
+// ncclGetUniqueId hung in its first connection (test_shm_kill_init, about 1
+// run in 10). fork() takes gMu first, so the child's copy is unlocked.
+const int kForkSafe = pthread_atfork([] { gMu.lock(); }, [] { gMu.unlock(); }, [] { gMu.unlock(); });
 
 }  // namespace
 
