@@ -122,8 +122,11 @@ TEST_CASE("a rank killed while its shared segment is linked leaves nothing in /d
       CHECK(WIFSIGNALED(status[r]));
       continue;
     }
-    CHECK(WIFEXITED(status[r]));  // ended by itself: failed init, no hang, no crash
-    CHECK(WEXITSTATUS(status[r]) == 1);
+    // Ended by itself: no hang, no crash. Mostly its init failed (1); on a
+    // loaded machine the SIGKILL can land after every rank had finished init
+    // (seen once in a CI rehearsal beside another build), and then 0 is right.
+    CHECK(WIFEXITED(status[r]));
+    CHECK((WEXITSTATUS(status[r]) == 1 || WEXITSTATUS(status[r]) == 0));
   }
   for (pid_t p : pids) {
     const std::vector<std::string> left = segmentsOf(p);
