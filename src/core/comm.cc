@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <set>
 #include <thread>
 #include <type_traits>
 
@@ -274,6 +275,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   TunerInputs ti;
   ti.nranks = nranks_;
   ti.nLocalRanks = static_cast<int>(so.localRanks.size());
+  ti.nHosts = static_cast<int>(std::set<uint64_t>(hostOf.begin(), hostOf.end()).size());
   ti.nChannels = nChannels;
   ti.ringStepBytes = so.ring.stepBytes;
   ti.ringSteps = so.ring.nSteps;

@@ -7,6 +7,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "core/cost_model.h"
 
 namespace plait {
 namespace {
@@ -60,20 +61,12 @@ double Tuner::oneShotUs(size_t bytes) const {
 }
 
 // Bytes each link carries and hand-offs on the critical path, per
-// collective: a ring AllReduce is a reduce-scatter and an all-gather;
-// Broadcast and Reduce are chains that carry the whole buffer once.
+// collective (core/cost_model.h): a ring AllReduce is a reduce-scatter and an
+// all-gather; Broadcast and Reduce are chains that carry the whole buffer once.
 double Tuner::ringUs(CollType coll, size_t bytes, int nChannels) const {
   const int n = in_.nranks;
-  double busFactor = 2.0 * (n - 1) / n;
-  double hops = 2.0 * (n - 1);
-  if (coll == CollType::kAllGather || coll == CollType::kReduceScatter) {
-    busFactor = static_cast<double>(n - 1) / n;
-    hops = n - 1;
-  } else if (coll == CollType::kBroadcast || coll == CollType::kReduce) {
-    busFactor = 1.0;
-    hops = n - 1;
-  }
-  return kCallUs + hops * kHopUs + busFactor * static_cast<double>(bytes) / (kRingBytesPerUs * nChannels);
+  return kCallUs + ringSteps(coll, n) * kHopUs +
+         ringBytesPerLink(coll, n) * static_cast<double>(bytes) / (kRingBytesPerUs * nChannels);
 }
 
 void Tuner::fillRingSlicing(size_t bytes, Plan* plan) const {
@@ -160,7 +153,13 @@ Plan Tuner::devicePlan(const Task& task, size_t bytes, int maxChannels) const {
   plan.algo = Algorithm::kRing;
   plan.nChannels = static_cast<int>(std::clamp<size_t>(wanted, 1, static_cast<size_t>(std::max(1, maxChannels))));
   plan.nChannels = boundedChannels(task, plan.nChannels, maxChannels);
-  plan.predictedUs = ringUs(task.coll, bytes, plan.nChannels);
+  // The kernels' hand-offs are GPU hops (NVLink inside a host, the proxy's
+  // network hops between hosts) at the Simple protocol's latency; the bytes
+  // move at the host model's rate until the device path measures its own.
+  const int n = in_.nranks;
+  const HopCounts hops = ringHops(ringSteps(task.coll, n), n, in_.nHosts > 1 ? in_.nHosts : 0, HopClass::kNvlink);
+  plan.predictedUs = ringLatencyUs(Protocol::kSimple, hops) + ringUs(task.coll, bytes, plan.nChannels) -
+                     kCallUs - ringSteps(task.coll, n) * kHopUs;
   fillRingSlicing(bytes, &plan);
   return plan;
 }

@@ -38,6 +38,7 @@ struct Plan {
 struct TunerInputs {
   int nranks = 1;
   int nLocalRanks = 1;
+  int nHosts = 1;              // hosts the ranks span (network hops per ring loop)
   int nChannels = 1;           // channels the communicator has connected
   size_t ringStepBytes = 0;    // FIFO step size of ring connectors
   int ringSteps = 8;

@@ -107,6 +107,33 @@ def cpu_box():
     return system(cpus)
 
 
+def single_gpu_box():
+    # One A100 and one HDR NIC under one PCIe switch: the "2 nodes x 1 A100"
+    # setups of published nccl-tests runs.
+    kids = [gpu("0000:21:00.0", 0, 80, GEN4, [], 6), nic("0000:22:00.0", "mlx5_0", 0, 200000, GEN4, 6)]
+    return system([cpu(0, "ffffffff", AMD_ROME, [switch("0000:20:00.0", GEN4, kids)])])
+
+
+def nvl72():
+    # GB200 NVL72: one NVLink domain of 72 Blackwell GPUs (18 NVLink 5 links
+    # each, all to the NVSwitch trays); 36 Grace CPUs, each with two GPUs on
+    # C2C and one 400 Gb/s NIC per GPU for the scale-out network.
+    grace = dict(arch="arm64", vendor="ARM", familyid="0", modelid="0")
+    cpus = []
+    for s in range(36):
+        kids = []
+        for i in range(2):
+            g = 2 * s + i
+            busid = f"{s:04x}:{0x01 + i:02x}:00.0"
+            inner = (f'        <gpu dev="{g}" sm="100" rank="{g}" gdr="1">\n'
+                     f'          <nvlink target="0000:c0:00.0" count="18" tclass="0x068000"/>\n'
+                     f'          <c2c bw="225000" count="1"/>\n        </gpu>\n')
+            kids.append(pci(busid, "0x030200", GEN5, 16, inner, indent=4))
+            kids.append(nic(f"{s:04x}:{0x11 + i:02x}:00.0", f"mlx5_{g}", g, 400000, GEN5, 4))
+        cpus.append(cpu(s, "ffffffff", grace, kids))
+    return system(cpus)
+
+
 def cluster(file, count):
     return f'<cluster>\n  <node file="{file}" count="{count}"/>\n</cluster>\n'
 
@@ -116,6 +143,8 @@ FILES = {
     "dgx_a100.xml": nvswitch_box(80, 12, GEN4, 200000, AMD_ROME, 2, 2),
     "hgx_h100.xml": nvswitch_box(90, 18, GEN5, 400000, INTEL_SPR, 1, 1),
     "pcie_4gpu_2socket.xml": pcie_box(),
+    "a100_single.xml": single_gpu_box(),
+    "gb200_nvl72.xml": nvl72(),
     "cpu_2socket.xml": cpu_box(),
     "cluster_dgx1_x4.xml": cluster("dgx1_v100.xml", 4),
     "cluster_a100_x8.xml": cluster("dgx_a100.xml", 8),

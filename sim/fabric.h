@@ -1,0 +1,101 @@
+// fabric.h — every link of a simulated cluster, and the route between two GPUs.
+//
+// A fabric is the links of each host (its TopoSystem's directed links: NVLink
+// to GPUs and NVSwitches, PCIe, the CPU interconnect), instanced once per host,
+// plus the network between hosts. The network is a rail-optimised two-level
+// fat tree, the layout of DGX-class clusters: NIC k of every host plugs into a
+// leaf switch of rail k, `hostsPerLeaf` hosts per leaf; leaves connect through
+// a spine layer whose bandwidth is the leaves' downlink bandwidth divided by
+// the oversubscription ratio. ECMP over the spines is taken as ideal: each
+// leaf's uplinks are one link of their total bandwidth (hashing collisions
+// are not modelled). `kSingleSwitch` puts every NIC on one non-blocking
+// switch (two hosts back to back, or a small lab).
+//
+// Routes inside a host are the topology layer's paths (topology/paths.h), so
+// the simulator moves data where Plait's graph search assumed it would.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plait/status.hpp"
+#include "topology/cluster.h"
+#include "topology/xml.h"
+
+namespace plait::sim {
+
+enum class LinkClass : uint8_t {
+  kNvlink = 0,  // NVLink or C2C inside a host
+  kPcie = 1,    // PCIe inside a host
+  kCpu = 2,     // the CPU interconnect, host bridges
+  kNic = 3,     // NIC <-> leaf switch
+  kSpine = 4,   // leaf <-> spine layer
+  kLocal = 5,   // inside a device (NIC to its port): not a bottleneck
+};
+inline constexpr int kLinkClassCount = 6;
+const char* linkClassName(LinkClass c);
+
+struct NetworkSpec {
+  enum class Kind : uint8_t { kRailFatTree, kSingleSwitch };
+  Kind kind = Kind::kRailFatTree;
+  int hostsPerLeaf = 32;          // hosts under one leaf switch of each rail
+  double oversubscription = 1.0;  // leaf downlink : uplink bandwidth (>= 1)
+  double nicGBs = 0;              // per NIC port, GB/s; 0: the topology's <net speed>
+  double switchLatencyUs = 0.3;   // per switch a network hop crosses
+};
+
+// <network kind="rail-fat-tree|single-switch" hosts-per-leaf="32"
+// oversubscription="1" nic-gbps="400" switch-latency-us="0.3"/>: every
+// attribute optional. InvalidArgument names the attribute at fault.
+Result<NetworkSpec> parseNetworkSpec(const topo::XmlNode& element);
+std::string describeNetwork(const NetworkSpec& spec);
+
+struct SimLink {
+  double gbs = 0;  // capacity, GB/s (1e9 bytes/s), this direction
+  LinkClass cls = LinkClass::kLocal;
+  int host = -1;   // the host whose link it is; -1 for switch links
+};
+
+// One GPU of the cluster.
+struct GpuRef {
+  int host = 0;
+  int ordinal = 0;  // GPU ordinal inside the host (topology's order)
+};
+
+class Fabric {
+ public:
+  // Errors: a network that hosts' NICs cannot attach to (multi-host cluster
+  // whose hosts have no NET), a bad spec value.
+  static Result<Fabric> build(const topo::Cluster& cluster, const std::vector<topo::PathTable>& paths,
+                              const NetworkSpec& spec);
+
+  const std::vector<SimLink>& links() const { return links_; }
+  int hosts() const { return static_cast<int>(hostBase_.size()); }
+  const NetworkSpec& spec() const { return spec_; }
+  // Human-readable name of a link ("host 3 GPU2->NVS", "host 3 NET1 up",
+  // "leaf rail 1 group 0 up").
+  std::string linkName(int link) const;
+
+  // Appends the links from GPU `a` to GPU `b` (same host: the topology's
+  // path; different hosts: GPU -> NET `netOut` of a's host -> network -> NET
+  // `netIn` of b's host -> GPU). Returns the switches crossed (0 inside a
+  // host).
+  int appendRoute(GpuRef a, GpuRef b, int netOut, int netIn, std::vector<int>* out) const;
+
+ private:
+  const topo::Cluster* cluster_ = nullptr;
+  const std::vector<topo::PathTable>* paths_ = nullptr;
+  NetworkSpec spec_;
+  std::vector<SimLink> links_;
+  std::vector<int> hostBase_;  // first link id of each host's topology links
+  int nicBase_ = 0;            // 2 links (up, down) per (host, NET ordinal)
+  std::vector<int> nicIndex_;  // per host: index of its NET 0 among all NICs
+  int leafBase_ = 0;           // 2 links (up, down) per leaf
+  int groups_ = 1;             // leaf groups per rail
+  int rails_ = 0;
+
+  int leafOf(int host, int net) const;
+};
+
+}  // namespace plait::sim

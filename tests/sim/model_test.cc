@@ -1,0 +1,202 @@
+// The simulator's parts against hand-worked answers: max-min fair shares,
+// the event-driven flow simulation, fabric routes and bad inputs.
+#include <cmath>
+#include <limits>
+
+#include <catch2/catch.hpp>
+
+#include "sim/collective.h"
+#include "sim/fabric.h"
+#include "sim/flows.h"
+#include "topology/xml.h"
+
+using namespace plait;
+using namespace plait::sim;
+
+namespace {
+
+std::string dataPath(const std::string& name) { return std::string(PLAIT_TOPO_TEST_DATA) + "/" + name; }
+
+topo::Cluster loadCluster(const std::string& name, int hosts) {
+  auto c = topo::loadCluster(dataPath(name), hosts);
+  INFO(c.status().toString());
+  REQUIRE(c.isOk());
+  return std::move(c).value();
+}
+
+Flow flowOver(std::initializer_list<int> links, double ceiling = 0) {
+  Flow f;
+  for (int l : links) f.uses.push_back({l, 1.0});
+  f.ceilingGBs = ceiling;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("max-min fair shares match hand-worked answers", "[sim][flows]") {
+  SECTION("two flows on one link split it") {
+    const auto r = maxMinRates({10.0}, {flowOver({0}), flowOver({0})});
+    CHECK(r[0] == Approx(5.0));
+    CHECK(r[1] == Approx(5.0));
+  }
+  SECTION("the textbook case: a flow held back by one link leaves the rest to the others") {
+    // Link 0: 10 GB/s shared by f0 and f1; link 1: 4 GB/s shared by f1 and f2.
+    // Link 1 fills first at 2 each; f0 then takes what f1 leaves on link 0.
+    const auto r = maxMinRates({10.0, 4.0}, {flowOver({0}), flowOver({0, 1}), flowOver({1})});
+    CHECK(r[0] == Approx(8.0));
+    CHECK(r[1] == Approx(2.0));
+    CHECK(r[2] == Approx(2.0));
+  }
+  SECTION("a flow crossing a link twice counts twice") {
+    Flow twice;
+    twice.uses = {{0, 1.0}, {0, 1.0}};
+    mergeUses(&twice.uses);
+    REQUIRE(twice.uses.size() == 1);
+    CHECK(twice.uses[0].weight == 2.0);
+    const auto r = maxMinRates({10.0}, {twice, flowOver({0})});
+    // 2x + x = 10 when both rise together.
+    CHECK(r[0] == Approx(10.0 / 3));
+    CHECK(r[1] == Approx(10.0 / 3));
+  }
+  SECTION("a ceiling stops one flow and the others take the rest") {
+    const auto r = maxMinRates({10.0}, {flowOver({0}, 3.0), flowOver({0})});
+    CHECK(r[0] == Approx(3.0));
+    CHECK(r[1] == Approx(7.0));
+  }
+  SECTION("a flow with no link and no ceiling is unbounded; a zero-capacity link stops its flows") {
+    const auto r = maxMinRates({0.0, 5.0}, {Flow{}, flowOver({0}), flowOver({1})});
+    CHECK(std::isinf(r[0]));
+    CHECK(r[1] == 0.0);
+    CHECK(r[2] == Approx(5.0));
+  }
+}
+
+TEST_CASE("flows finish when their bytes are through, rates changing as flows come and go", "[sim][flows]") {
+  // One link of 1 GB/s = 1000 bytes per microsecond.
+  std::vector<TimedFlow> flows(3);
+  flows[0] = {flowOver({0}), 1000, 0};  // shares the link: 500 B/us -> done at 2 us
+  flows[1] = {flowOver({0}), 3000, 0};  // 1000 B by 2 us, then alone: 2000 B at 1000 B/us -> 4 us
+  flows[2] = {flowOver({0}), 500, 10};  // starts after the others: alone, 0.5 us
+  const auto t = simulateFlows({1.0}, flows);
+  CHECK(t[0] == Approx(2.0));
+  CHECK(t[1] == Approx(4.0));
+  CHECK(t[2] == Approx(10.5));
+}
+
+TEST_CASE("routes between hosts go up the NIC, over the spine only between leaves", "[sim][fabric]") {
+  const topo::Cluster cluster = loadCluster("dgx_a100.xml", 3);
+  auto graphs = topo::computeClusterGraphs(cluster);
+  REQUIRE(graphs.isOk());
+  for (int perLeaf : {1, 2}) {
+    NetworkSpec spec;
+    spec.hostsPerLeaf = perLeaf;
+    auto fabric = Fabric::build(cluster, graphs->paths, spec);
+    REQUIRE(fabric.isOk());
+    std::vector<int> route;
+    const int switches = fabric->appendRoute({0, 0}, {1, 0}, 0, 0, &route);
+    std::string names;
+    for (int l : route) names += fabric->linkName(l) + "; ";
+    INFO(names);
+    CHECK(switches == (perLeaf == 1 ? 3 : 1));
+    CHECK(names.find("host 0 NET0 up") != std::string::npos);
+    CHECK(names.find("host 1 NET0 down") != std::string::npos);
+    CHECK((names.find("spine") != std::string::npos) == (perLeaf == 1));
+  }
+  NetworkSpec single;
+  single.kind = NetworkSpec::Kind::kSingleSwitch;
+  auto fabric = Fabric::build(cluster, graphs->paths, single);
+  REQUIRE(fabric.isOk());
+  std::vector<int> route;
+  CHECK(fabric->appendRoute({0, 3}, {2, 5}, 1, 2, &route) == 1);
+  route.clear();
+  CHECK(fabric->appendRoute({1, 3}, {1, 5}, 0, 0, &route) == 0);  // inside a host: NVLink through the NVSwitch
+  for (int l : route) CHECK(fabric->links()[l].cls == LinkClass::kNvlink);
+}
+
+TEST_CASE("oversubscribed spines slow a collective that crosses them", "[sim][fabric]") {
+  auto atRatio = [](double ratio) {
+    NetworkSpec spec;
+    spec.hostsPerLeaf = 2;
+    spec.oversubscription = ratio;
+    auto model = ClusterModel::create(loadCluster("hgx_h100.xml", 8), spec);
+    REQUIRE(model.isOk());
+    SimOptions o;
+    o.algorithms = 1u << static_cast<int>(SimAlgo::kRing);
+    auto r = (*model)->simulate(CollType::kAllReduce, uint64_t(1) << 30, o);
+    REQUIRE(r.isOk());
+    return r->busBw;
+  };
+  const double full = atRatio(1), quarter = atRatio(4);
+  // A ring crosses each leaf's uplink once per channel: at 4:1 the uplink of
+  // two hosts' rail carries one channel in 100 GB/s / 4 = 25 GB/s, below the
+  // NIC's 46 GB/s.
+  CHECK(quarter < 0.7 * full);
+}
+
+TEST_CASE("bad inputs are refused with a message naming them", "[sim][errors]") {
+  auto xml = topo::parseXml(R"(<network kind="torus"/>)");
+  REQUIRE(xml.isOk());
+  auto spec = parseNetworkSpec(*xml);
+  REQUIRE_FALSE(spec.isOk());
+  CHECK_THAT(spec.status().toString(), Catch::Contains("torus"));
+  xml = topo::parseXml(R"(<network oversubscription="0.5"/>)");
+  REQUIRE(xml.isOk());
+  spec = parseNetworkSpec(*xml);
+  REQUIRE_FALSE(spec.isOk());
+  CHECK_THAT(spec.status().toString(), Catch::Contains("oversubscription"));
+
+  // Several hosts without NICs cannot be joined by a network.
+  auto machine = topo::parseXml(R"(<system version="1">
+  <cpu numaid="0" affinity="ff" arch="x86_64" vendor="AuthenticAMD" familyid="23" modelid="49">
+    <pci busid="0000:21:00.0" class="0x030200" vendor="0x10de" device="0x0000" subsystem_vendor="0x10de"
+         subsystem_device="0x0000" link_speed="16.0 GT/s PCIe" link_width="16">
+      <gpu dev="0" sm="80" rank="0" gdr="1"/>
+    </pci>
+  </cpu>
+</system>)");
+  REQUIRE(machine.isOk());
+  auto sys = topo::buildSystem(*machine);
+  REQUIRE(sys.isOk());
+  auto model = ClusterModel::create(topo::replicateSystem(*sys, 2), NetworkSpec{});
+  REQUIRE_FALSE(model.isOk());
+  INFO(model.status().toString());
+
+  auto ok = ClusterModel::create(loadCluster("dgx_a100.xml", 1), NetworkSpec{});
+  REQUIRE(ok.isOk());
+  auto a2a = (*ok)->simulate(CollType::kAlltoAll, 1 << 20, SimOptions{});
+  REQUIRE_FALSE(a2a.isOk());
+  CHECK_THAT(a2a.status().toString(), Catch::Contains("AlltoAll"));
+  SimOptions none;
+  none.protocols = 0;
+  CHECK_FALSE((*ok)->simulate(CollType::kAllReduce, 1 << 20, none).isOk());
+}
+
+TEST_CASE("the simulator's plan follows the library's tuner and protocol limits", "[sim][tuner]") {
+  auto model = ClusterModel::create(loadCluster("dgx_a100.xml", 1), NetworkSpec{});
+  REQUIRE(model.isOk());
+  SimOptions plait;  // what Plait's CUDA executor runs: rings, Simple
+  plait.algorithms = 1u << static_cast<int>(SimAlgo::kRing);
+  plait.protocols = 1u << static_cast<int>(Protocol::kSimple);
+  // One channel per 256 KiB (core/tuner.h devicePlan), at most the rings found.
+  for (uint64_t bytes : {uint64_t(4096), uint64_t(1) << 20, uint64_t(1) << 30}) {
+    auto r = (*model)->simulate(CollType::kAllReduce, bytes, plait);
+    REQUIRE(r.isOk());
+    const int expected = static_cast<int>(std::min<uint64_t>((bytes + (256 << 10) - 1) >> 18, 6));
+    CHECK(r->channels == expected);
+    CHECK(r->protocol == Protocol::kSimple);
+    CHECK(r->algorithm == SimAlgo::kRing);
+    // time = latency + bytes on each link / rate.
+    CHECK(r->timeUs == Approx(r->latencyUs + 2.0 * 7 / 8 * bytes / r->channels / (r->channelGBs * 1e3)));
+  }
+  // LL is never picked above its limit.
+  auto big = (*model)->simulate(CollType::kAllReduce, uint64_t(8) << 20, SimOptions{});
+  REQUIRE(big.isOk());
+  CHECK(big->protocol != Protocol::kLL);
+  // AllGather moves half an AllReduce's bytes per link in half the steps.
+  auto ag = (*model)->simulate(CollType::kAllGather, uint64_t(1) << 30, plait);
+  auto ar = (*model)->simulate(CollType::kAllReduce, uint64_t(1) << 30, plait);
+  REQUIRE(ag.isOk());
+  REQUIRE(ar.isOk());
+  CHECK(ag->timeUs < 0.55 * ar->timeUs);
+  CHECK(ag->busBw == Approx(ar->busBw).epsilon(0.02));
+}

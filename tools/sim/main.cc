@@ -1,0 +1,228 @@
+// plait-sim — what a collective would take on a cluster Plait cannot run on:
+// Plait's own graph search and tuner on described machines, a flow-level
+// simulation of the fabric between them (sim/).
+//
+//   plait-sim --topo-file dgx_a100.xml                      one host, AllReduce 8 B .. 1 GiB
+//   plait-sim --topo-file hgx_h100.xml --nodes 128 -b 1M -e 8G
+//   plait-sim --topo-file cluster.xml --op all_gather --proto simple --json
+//
+// The table is nccl-tests' (out-of-place columns; the in-place ones and
+// #wrong read N/A), each row followed by the plan: protocol, channels,
+// latency share. Plait's CUDA executor runs rings with the Simple protocol:
+// `--algo ring --proto simple` predicts Plait; the default lets the model
+// pick as NCCL's tuner would. Exit status: 0, 1 on a model error, 2 on bad flags.
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "perf_table.h"
+#include "sim/collective.h"
+
+namespace {
+
+using namespace plait;
+using namespace plait::sim;
+
+struct Flags {
+  std::string topoFile, networkFile, op = "all_reduce", proto = "all", algo = "all", minSize = "8", maxSize = "1G";
+  int nodes = 0;
+  int factor = 2;
+  int busiest = 5;
+  bool json = false;
+  bool singleSwitch = false;
+  int hostsPerLeaf = 0;
+  double oversubscription = 0, nicGbps = 0, switchLatencyUs = -1;
+};
+
+Result<uint64_t> parseSize(const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (...) {
+    return invalidArgument("size \"" + text + "\" is not a number");
+  }
+  std::string unit = text.substr(used);
+  double mult = 1;
+  if (unit == "K" || unit == "k") mult = 1024.0;
+  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) return invalidArgument("size \"" + text + "\": unknown unit \"" + unit + "\" (K, M, G)");
+  if (!(v >= 0) || v * mult > 1e15) return invalidArgument("size \"" + text + "\" is out of range");
+  return static_cast<uint64_t>(v * mult);
+}
+
+Result<CollType> parseOp(const std::string& op) {
+  if (op == "all_reduce") return CollType::kAllReduce;
+  if (op == "all_gather") return CollType::kAllGather;
+  if (op == "reduce_scatter") return CollType::kReduceScatter;
+  if (op == "broadcast") return CollType::kBroadcast;
+  if (op == "reduce") return CollType::kReduce;
+  return invalidArgument("--op " + op + ": expected all_reduce, all_gather, reduce_scatter, broadcast or reduce");
+}
+
+Result<uint8_t> parseProtocols(const std::string& text) {
+  if (text == "all") return uint8_t{0x7};
+  uint8_t bits = 0;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string name = text.substr(start, comma - start);
+    if (name == "ll" || name == "LL") bits |= 1u << static_cast<int>(Protocol::kLL);
+    else if (name == "ll128" || name == "LL128") bits |= 1u << static_cast<int>(Protocol::kLL128);
+    else if (name == "simple" || name == "Simple") bits |= 1u << static_cast<int>(Protocol::kSimple);
+    else return invalidArgument("--proto: unknown protocol \"" + name + "\" (ll, ll128, simple, all)");
+    start = comma + 1;
+  }
+  return bits;
+}
+
+Result<uint8_t> parseAlgorithms(const std::string& text) {
+  if (text == "all") return uint8_t{0x3};
+  uint8_t bits = 0;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string name = text.substr(start, comma - start);
+    if (name == "ring") bits |= 1u << static_cast<int>(SimAlgo::kRing);
+    else if (name == "tree") bits |= 1u << static_cast<int>(SimAlgo::kTree);
+    else return invalidArgument("--algo: unknown algorithm \"" + name + "\" (ring, tree, all)");
+    start = comma + 1;
+  }
+  return bits;
+}
+
+// The network: the cluster file's <network> element, then the flags.
+Result<NetworkSpec> networkFrom(const Flags& f) {
+  NetworkSpec spec;
+  for (const std::string& file : {f.topoFile, f.networkFile}) {
+    if (file.empty()) continue;
+    PLAIT_ASSIGN_OR_RETURN(topo::XmlNode root, topo::readXmlFile(file));
+    const topo::XmlNode* net = root.name == "network" ? &root : root.child("network");
+    if (net != nullptr) {
+      PLAIT_ASSIGN_OR_RETURN(spec, parseNetworkSpec(*net));
+    }
+  }
+  if (f.singleSwitch) spec.kind = NetworkSpec::Kind::kSingleSwitch;
+  if (f.hostsPerLeaf > 0) spec.hostsPerLeaf = f.hostsPerLeaf;
+  if (f.oversubscription > 0) spec.oversubscription = f.oversubscription;
+  if (f.nicGbps > 0) spec.nicGBs = f.nicGbps / 8.0;
+  if (f.switchLatencyUs >= 0) spec.switchLatencyUs = f.switchLatencyUs;
+  return spec;
+}
+
+const char* redopName(CollType c) {
+  return c == CollType::kAllReduce || c == CollType::kReduceScatter || c == CollType::kReduce ? "sum" : "none";
+}
+
+Status run(const Flags& f) {
+  PLAIT_ASSIGN_OR_RETURN(CollType coll, parseOp(f.op));
+  PLAIT_ASSIGN_OR_RETURN(uint8_t protocols, parseProtocols(f.proto));
+  PLAIT_ASSIGN_OR_RETURN(uint8_t algorithms, parseAlgorithms(f.algo));
+  PLAIT_ASSIGN_OR_RETURN(uint64_t minBytes, parseSize(f.minSize));
+  PLAIT_ASSIGN_OR_RETURN(uint64_t maxBytes, parseSize(f.maxSize));
+  PLAIT_ASSIGN_OR_RETURN(NetworkSpec network, networkFrom(f));
+  PLAIT_ASSIGN_OR_RETURN(topo::Cluster cluster, topo::loadCluster(f.topoFile, f.nodes));
+  const auto start = std::chrono::steady_clock::now();
+  PLAIT_ASSIGN_OR_RETURN(std::unique_ptr<ClusterModel> model, ClusterModel::create(std::move(cluster), network));
+  const int n = model->nranks();
+  SimOptions options;
+  options.protocols = protocols;
+  options.algorithms = algorithms;
+  options.busiest = f.busiest;
+
+  nlohmann::json rows = nlohmann::json::array();
+  if (!f.json) {
+    std::printf("# plait-sim: %s on %d hosts, %d GPUs, %zu ring channels x %.1f GB/s\n# network: %s\n#\n",
+                f.op.c_str(), model->cluster().hosts(), n, model->graphs().comm.rings.size(),
+                model->graphs().comm.ringBw, describeNetwork(network).c_str());
+    perf::printTableHeader(stdout);
+  }
+  CollectiveResult last;
+  double busSum = 0;
+  int count = 0;
+  for (uint64_t bytes = std::max<uint64_t>(minBytes, 4); bytes <= maxBytes; bytes *= std::max(f.factor, 2)) {
+    PLAIT_ASSIGN_OR_RETURN(last, model->simulate(coll, bytes, options));
+    busSum += last.busBw;
+    ++count;
+    if (f.json) {
+      rows.push_back({{"size_bytes", bytes},
+                      {"time_us", last.timeUs},
+                      {"algbw", last.algBw},
+                      {"busbw", last.busBw},
+                      {"algorithm", simAlgoName(last.algorithm)},
+                      {"protocol", protocolName(last.protocol)},
+                      {"channels", last.channels},
+                      {"latency_us", last.latencyUs},
+                      {"channel_gbs", last.channelGBs}});
+      continue;
+    }
+    perf::TableRow row;
+    row.bytes = bytes;
+    row.count = bytes / 4;
+    row.type = "float";
+    row.redop = redopName(coll);
+    row.root = coll == CollType::kBroadcast || coll == CollType::kReduce ? 0 : -1;
+    row.outOfPlace = perf::makeMeasurement(bytes, last.timeUs, ringBytesPerLink(coll, n), -1);
+    std::printf("%s    # %s %s %dch lat %.1f us\n", perf::formatRow(row).c_str(), simAlgoName(last.algorithm),
+                protocolName(last.protocol), last.channels, last.latencyUs);
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (f.json) {
+    nlohmann::json links = nlohmann::json::array();
+    for (const LinkLoad& l : last.busiest)
+      links.push_back({{"link", model->fabric().linkName(l.link)}, {"utilisation", l.utilisation}, {"bytes", l.bytes}});
+    nlohmann::json classes = nlohmann::json::object();
+    for (int c = 0; c < kLinkClassCount; ++c)
+      if (last.bytesByClass[c] > 0) classes[linkClassName(static_cast<LinkClass>(c))] = last.bytesByClass[c];
+    nlohmann::json out = {{"program", "plait-sim"}, {"collective", f.op}, {"nranks", n},
+                          {"hosts", model->cluster().hosts()}, {"rows", rows},
+                          {"largest", {{"busiest_links", links}, {"bytes_by_class", classes}}},
+                          {"simulation_ms", ms}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return Status::ok();
+  }
+  std::printf("# Avg bus bandwidth    : %g \n#\n", count > 0 ? busSum / count : 0);
+  std::printf("# largest size: bytes by link class:");
+  for (int c = 0; c < kLinkClassCount; ++c)
+    if (last.bytesByClass[c] > 0) std::printf(" %s %.3g", linkClassName(static_cast<LinkClass>(c)), last.bytesByClass[c]);
+  std::printf("\n# busiest links:\n");
+  for (const LinkLoad& l : last.busiest)
+    std::printf("#   %-40s %5.1f%% busy, %.3g bytes\n", model->fabric().linkName(l.link).c_str(), 100 * l.utilisation,
+                l.bytes);
+  std::printf("# simulated in %.1f ms\n", ms);
+  return Status::ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"plait-sim: Plait's graphs and tuner on a described cluster, with a flow-level network model"};
+  app.add_option("--topo-file", f.topoFile, "NCCL topology XML of a host, or a Plait <cluster> file")->required();
+  app.add_option("--nodes", f.nodes, "hosts (copies of a <system> file)")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--network", f.networkFile, "file holding a <network> element");
+  app.add_flag("--single-switch", f.singleSwitch, "every NIC on one non-blocking switch");
+  app.add_option("--hosts-per-leaf", f.hostsPerLeaf, "hosts under one leaf switch per rail")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--oversubscription", f.oversubscription, "leaf downlink:uplink bandwidth")->check(CLI::Range(1.0, 1e3));
+  app.add_option("--nic-gbps", f.nicGbps, "NIC speed, Gb/s (default: the topology's)")->check(CLI::Range(0.0, 1e6));
+  app.add_option("--switch-latency-us", f.switchLatencyUs, "latency per switch")->check(CLI::Range(0.0, 1e6));
+  app.add_option("--op", f.op, "all_reduce, all_gather, reduce_scatter, broadcast, reduce");
+  app.add_option("-b,--minbytes", f.minSize, "smallest size (K, M, G suffixes)");
+  app.add_option("-e,--maxbytes", f.maxSize, "largest size");
+  app.add_option("-f,--stepfactor", f.factor, "size multiplier")->check(CLI::Range(2, 1024));
+  app.add_option("--algo", f.algo, "algorithms the tuner may pick: all, or a list of ring, tree (Plait runs ring)");
+  app.add_option("--proto", f.proto, "protocols the tuner may pick: all, or a list of ll, ll128, simple");
+  app.add_option("--busiest", f.busiest, "busiest links reported for the largest size")->check(CLI::Range(0, 1000));
+  app.add_flag("--json", f.json, "JSON on stdout instead of the table");
+  CLI11_PARSE(app, argc, argv);
+  const Status status = run(f);
+  if (!status.isOk()) {
+    std::fprintf(stderr, "plait-sim: %s\n", status.toString().c_str());
+    return 1;
+  }
+  return 0;
+}
