@@ -3,16 +3,15 @@
 
 #include <algorithm>
 #include <array>
-#include <numeric>
+#include <limits>
 
 #include "core/tuner.h"
 
 namespace plait::sim {
 
-struct ClusterModel::ChannelSet {
-  std::vector<Flow> flows;                               // one per channel, no ceiling
-  std::array<std::vector<double>, kProtocolCount> rate;  // per protocol, per channel (GB/s)
-  HopCounts hops;            // the critical path: one loop of a ring; up and down the deepest tree branch
+struct ClusterModel::ChannelFlows {
+  std::vector<Flow> flows;  // ring: one per channel; tree: two per channel (both trees); no ceilings
+  HopCounts hops;           // ring: one loop of channel 0; tree: up and down the deepest branch
   double switchesPerNetHop = 0;
 };
 
@@ -48,13 +47,12 @@ ClusterModel::~ClusterModel() = default;
 Result<std::unique_ptr<ClusterModel>> ClusterModel::create(topo::Cluster cluster, const NetworkSpec& network) {
   std::unique_ptr<ClusterModel> m(new ClusterModel());
   m->cluster_ = std::move(cluster);
-  PLAIT_ASSIGN_OR_RETURN(m->graphs_, topo::computeClusterGraphs(m->cluster_));
-  PLAIT_ASSIGN_OR_RETURN(m->fabric_, Fabric::build(m->cluster_, m->graphs_.paths, network));
-  for (int h = 0; h < m->cluster_.hosts(); ++h) {
-    m->rankBase_.push_back(static_cast<int>(m->gpuOfRank_.size()));
-    for (int g = 0; g < m->cluster_.host(h).count(topo::NodeType::kGpu); ++g) m->gpuOfRank_.push_back({h, g});
-  }
-  m->cache_.resize(kSimAlgoCount * (m->graphs_.comm.rings.size() + 1));
+  for (const topo::TopoSystem& sys : m->cluster_.systems) m->paths_.emplace_back(sys, topo::pathOptionsFromEnv(sys));
+  PLAIT_ASSIGN_OR_RETURN(m->fabric_, Fabric::build(m->cluster_, m->paths_, network));
+  std::vector<GpuRef> all;
+  for (int h = 0; h < m->cluster_.hosts(); ++h)
+    for (int g = 0; g < m->cluster_.host(h).count(topo::NodeType::kGpu); ++g) all.push_back({h, g});
+  PLAIT_ASSIGN_OR_RETURN(m->world_, makeComm(m->cluster_, all));
   return m;
 }
 
@@ -69,34 +67,34 @@ HopClass ClusterModel::routeHop(GpuRef a, GpuRef b, int netOut, int netIn, std::
   return cls;
 }
 
-void ClusterModel::ringFlows(ChannelSet* set, int k) const {
-  set->flows.assign(k, Flow{});
-  const int n = nranks();
+// Ring channel c: one flow over every hop of the ring; the NICs are the ones
+// the graph search gave the channel on each host.
+void ClusterModel::ringFlows(const SimComm& comm, int k, ChannelFlows* out) const {
+  out->flows.assign(k, Flow{});
+  const int n = comm.nranks();
+  std::vector<int> hostIndex(cluster_.hosts(), -1);  // cluster host -> the communicator's
+  for (size_t h = 0; h < comm.hosts.size(); ++h) hostIndex[comm.hosts[h]] = static_cast<int>(h);
   std::vector<int> route;
   int netHops = 0, switches = 0;
   for (int c = 0; c < k; ++c) {
-    const std::vector<int>& ring = graphs_.comm.rings[c];
+    const std::vector<int>& ring = comm.graphs.comm.rings[c];
     for (int i = 0; i < n; ++i) {
-      const GpuRef a = gpuOfRank_[ring[i]], b = gpuOfRank_[ring[(i + 1) % n]];
-      int netOut = 0, netIn = 0;
-      if (a.host != b.host) {
-        netOut = graphs_.perSystem[cluster_.hostSystem[a.host]].ring.channels[c].netOut;
-        netIn = graphs_.perSystem[cluster_.hostSystem[b.host]].ring.channels[c].netIn;
-      }
+      const GpuRef a = comm.members[ring[i]], b = comm.members[ring[(i + 1) % n]];
       route.clear();
       int crossed = 0;
-      const HopClass cls = routeHop(a, b, netOut, netIn, &route, &crossed);
-      for (int l : route) set->flows[c].uses.push_back({l, 1.0});
+      const HopClass cls = routeHop(a, b, comm.netOut(hostIndex[a.host], c), comm.netIn(hostIndex[b.host], c), &route,
+                                    &crossed);
+      for (int l : route) out->flows[c].uses.push_back({l, 1.0});
       if (c != 0) continue;
-      addHop(&set->hops, cls, 1);
+      addHop(&out->hops, cls, 1);
       if (cls == HopClass::kNet) {
         ++netHops;
         switches += crossed;
       }
     }
-    mergeUses(&set->flows[c].uses);
+    mergeUses(&out->flows[c].uses);
   }
-  set->switchesPerNetHop = netHops > 0 ? static_cast<double>(switches) / netHops : 0;
+  out->switchesPerNetHop = netHops > 0 ? static_cast<double>(switches) / netHops : 0;
 }
 
 // Trees as NCCL runs them: per graph channel c, both trees of the double
@@ -106,41 +104,43 @@ void ClusterModel::ringFlows(ChannelSet* set, int k) const {
 // c's GPU order, headed by the GPU next to the NIC the channel enters by;
 // hosts talk through that NIC. Every edge is crossed once up (the
 // reduction) and once down (the broadcast).
-void ClusterModel::treeFlows(ChannelSet* set, int k) const {
-  const int hosts = cluster_.hosts();
-  set->flows.assign(2 * k, Flow{});
+void ClusterModel::treeFlows(const SimComm& comm, int k, ChannelFlows* out) const {
+  const int hosts = static_cast<int>(comm.hosts.size());
+  out->flows.assign(2 * k, Flow{});
   std::vector<int> route;
   int crossed = 0, netEdges = 0, netSwitches = 0;
-  std::array<std::vector<int>, 2> parents{topo::doubleBinaryTreeParents(hosts, false),
-                                          topo::doubleBinaryTreeParents(hosts, true)};
+  const std::array<std::vector<int>, 2> parents{topo::doubleBinaryTreeParents(hosts, false),
+                                                topo::doubleBinaryTreeParents(hosts, true)};
+  std::vector<int> hostIndex(cluster_.hosts(), -1);
+  for (int h = 0; h < hosts; ++h) hostIndex[comm.hosts[h]] = h;
+  std::vector<std::vector<int>> chain0;
   for (int c = 0; c < k; ++c) {
-    // Host h's chain: its ranks in ring c's order (rings list hosts whole).
+    // Sub host h's chain: its ranks in ring c's order (rings list hosts whole).
     std::vector<std::vector<int>> chain(hosts);
-    for (int r : graphs_.comm.rings[c]) chain[gpuOfRank_[r].host].push_back(r);
-    std::vector<int> nic(hosts);
-    for (int h = 0; h < hosts; ++h) nic[h] = hosts > 1 ? graphs_.perSystem[cluster_.hostSystem[h]].ring.channels[c].netIn : 0;
+    for (int r : comm.graphs.comm.rings[c]) chain[hostIndex[comm.members[r].host]].push_back(r);
+    if (c == 0) chain0 = chain;
     route.clear();
     for (int h = 0; h < hosts; ++h)
       for (size_t i = 1; i < chain[h].size(); ++i) {
-        routeHop(gpuOfRank_[chain[h][i]], gpuOfRank_[chain[h][i - 1]], 0, 0, &route, &crossed);
-        routeHop(gpuOfRank_[chain[h][i - 1]], gpuOfRank_[chain[h][i]], 0, 0, &route, &crossed);
+        routeHop(comm.members[chain[h][i]], comm.members[chain[h][i - 1]], 0, 0, &route, &crossed);
+        routeHop(comm.members[chain[h][i - 1]], comm.members[chain[h][i]], 0, 0, &route, &crossed);
       }
     const size_t intra = route.size();
     for (int t = 0; t < 2; ++t) {
-      Flow& f = set->flows[2 * c + t];
       route.resize(intra);
       for (int h = 0; h < hosts; ++h) {
         const int p = parents[t][h];
         if (p < 0) continue;
-        const GpuRef a = gpuOfRank_[chain[h].front()], b = gpuOfRank_[chain[p].front()];
+        const GpuRef a = comm.members[chain[h].front()], b = comm.members[chain[p].front()];
         int switches = 0;
-        routeHop(a, b, nic[h], nic[p], &route, &switches);
-        routeHop(b, a, nic[p], nic[h], &route, &crossed);
+        routeHop(a, b, comm.netIn(h, c), comm.netIn(p, c), &route, &switches);
+        routeHop(b, a, comm.netIn(p, c), comm.netIn(h, c), &route, &crossed);
         if (c == 0 && t == 0) {
           netEdges += 1;
           netSwitches += switches;
         }
       }
+      Flow& f = out->flows[2 * c + t];
       for (int l : route) f.uses.push_back({l, 1.0});
       mergeUses(&f.uses);
     }
@@ -153,98 +153,145 @@ void ClusterModel::treeFlows(ChannelSet* set, int k) const {
       for (int p = parents[t][h]; p >= 0 && d <= hosts; p = parents[t][p]) ++d;
       hostDepth = std::max(hostDepth, d);
     }
-  std::vector<int> chain0;
-  for (int r : graphs_.comm.rings[0])
-    if (gpuOfRank_[r].host == 0) chain0.push_back(r);
-  for (size_t i = 1; i < chain0.size(); ++i) {
+  const std::vector<int>& longest =
+      *std::max_element(chain0.begin(), chain0.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
+  for (size_t i = 1; i < longest.size(); ++i) {
     route.clear();
-    addHop(&set->hops, routeHop(gpuOfRank_[chain0[i]], gpuOfRank_[chain0[i - 1]], 0, 0, &route, &crossed), 2);
+    addHop(&out->hops, routeHop(comm.members[longest[i]], comm.members[longest[i - 1]], 0, 0, &route, &crossed), 2);
   }
-  set->hops.net = 2.0 * hostDepth;
-  set->switchesPerNetHop = netEdges > 0 ? static_cast<double>(netSwitches) / netEdges : 0;
+  out->hops.net = 2.0 * hostDepth;
+  out->switchesPerNetHop = netEdges > 0 ? static_cast<double>(netSwitches) / netEdges : 0;
 }
 
-const ClusterModel::ChannelSet& ClusterModel::channels(SimAlgo algo, int k) const {
-  std::unique_ptr<ChannelSet>& slot = cache_[static_cast<int>(algo) * (graphs_.comm.rings.size() + 1) + k];
-  if (slot) return *slot;
-  auto set = std::make_unique<ChannelSet>();
+ClusterModel::ChannelFlows ClusterModel::flowsFor(const SimComm& comm, SimAlgo algo, int k) const {
+  ChannelFlows out;
   if (algo == SimAlgo::kTree) {
-    treeFlows(set.get(), k);
+    treeFlows(comm, k, &out);
   } else {
-    ringFlows(set.get(), k);
+    ringFlows(comm, k, &out);
   }
+  return out;
+}
+
+std::vector<double> ClusterModel::capacities(Protocol p) const {
   const std::vector<SimLink>& links = fabric_.links();
-  for (int p = 0; p < kProtocolCount; ++p) {
-    const Protocol proto = static_cast<Protocol>(p);
-    std::vector<double> capacity(links.size());
-    for (size_t l = 0; l < links.size(); ++l)
-      capacity[l] = links[l].gbs * protocolEfficiency(proto, hopClassOf(links[l].cls));
-    // The graph search gave each channel treeBw on its links; the channel's
-    // two trees share it, and each tree splits its threads between the
-    // reduction going up and the broadcast coming down: a quarter each (NCCL's
-    // tree model: algorithm bandwidth half the graph's total).
-    double ceiling = protocolChannelCeilingGBs(proto);
-    if (algo == SimAlgo::kTree && graphs_.comm.treeBw > 0) {
-      const double quarter = 0.25 * graphs_.comm.treeBw;
-      ceiling = ceiling > 0 ? std::min(ceiling, quarter) : quarter;
-    }
-    std::vector<Flow> flows = set->flows;
-    for (Flow& f : flows) f.ceilingGBs = ceiling;
-    set->rate[p] = maxMinRates(capacity, flows);
-  }
-  slot = std::move(set);
-  return *slot;
+  std::vector<double> capacity(links.size());
+  for (size_t l = 0; l < links.size(); ++l) capacity[l] = links[l].gbs * protocolEfficiency(p, hopClassOf(links[l].cls));
+  return capacity;
 }
 
 Result<CollectiveResult> ClusterModel::simulate(CollType coll, uint64_t bytes, const SimOptions& options) const {
+  return run({&world_}, coll, bytes, options, true);
+}
+
+Result<CollectiveResult> ClusterModel::simulateConcurrent(const std::vector<SimComm>& comms, CollType coll,
+                                                          uint64_t bytes, const SimOptions& options) const {
+  std::vector<const SimComm*> ptrs;
+  for (const SimComm& c : comms) ptrs.push_back(&c);
+  return run(ptrs, coll, bytes, options, false);
+}
+
+Result<CollectiveResult> ClusterModel::run(const std::vector<const SimComm*>& comms, CollType coll, uint64_t bytes,
+                                           const SimOptions& options, bool cacheable) const {
   if (!isRing(coll))
-    return invalidArgument(std::string("plait-sim models ring collectives (AllReduce, AllGather, ReduceScatter, "
-                                       "Broadcast, Reduce), not ") + collName(coll));
+    return invalidArgument(std::string("plait-sim models AllReduce, AllGather, ReduceScatter, Broadcast and Reduce "
+                                       "as collectives (point-to-point and all-to-all as transfers), not ") +
+                           collName(coll));
   if ((options.protocols & 0x7) == 0) return invalidArgument("no protocol allowed");
   if ((options.algorithms & 0x3) == 0) return invalidArgument("no algorithm allowed");
+  if (comms.empty()) return invalidArgument("no communicator to simulate on");
   CollectiveResult r;
-  const int n = nranks();
+  const int n = comms[0]->nranks();
+  for (const SimComm* c : comms)
+    if (c->nranks() != n) return invalidArgument("concurrent communicators must have the same size");
   if (n == 1 || bytes == 0) {
     r.latencyUs = r.timeUs = ringLatencyUs(Protocol::kSimple, HopCounts{});
     return r;
   }
   // The channel count the CUDA executor would use (core/tuner.h).
+  int maxChannels = std::numeric_limits<int>::max();
+  for (const SimComm* c : comms) maxChannels = std::min(maxChannels, static_cast<int>(c->graphs.comm.rings.size()));
   TunerInputs ti;
   ti.nranks = n;
-  ti.nHosts = cluster_.hosts();
-  ti.nChannels = static_cast<int>(graphs_.comm.rings.size());
+  ti.nHosts = static_cast<int>(comms[0]->hosts.size());
+  ti.nChannels = maxChannels;
   const Tuner tuner(ti);
   Task task;
   task.coll = coll;
-  const int k = tuner.devicePlan(task, bytes, ti.nChannels).nChannels;
+  const int k = tuner.devicePlan(task, bytes, maxChannels).nChannels;
   const int steps = ringSteps(coll, n);
-  const ChannelSet* chosen = nullptr;
-  double perChannelBytes = 0;
+
+  struct Choice {
+    SimAlgo algo;
+    Protocol proto;
+    std::vector<std::shared_ptr<const ChannelFlows>> flows;
+    std::vector<double> rate;
+    double share;
+  };
+  Choice best{};
+  bool found = false;
   for (int a = 0; a < kSimAlgoCount; ++a) {
     const SimAlgo algo = static_cast<SimAlgo>(a);
     if ((options.algorithms & (1u << a)) == 0 || (algo == SimAlgo::kTree && coll != CollType::kAllReduce)) continue;
-    const ChannelSet& set = channels(algo, k);
-    HopCounts hops = set.hops;
+    std::vector<std::shared_ptr<const ChannelFlows>> flows;
+    for (const SimComm* c : comms) {
+      std::shared_ptr<const ChannelFlows>* slot = cacheable ? &worldFlows_[{a, k}] : nullptr;
+      if (slot != nullptr && *slot) {
+        flows.push_back(*slot);
+        continue;
+      }
+      auto made = std::make_shared<const ChannelFlows>(flowsFor(*c, algo, k));
+      if (slot != nullptr) *slot = made;
+      flows.push_back(std::move(made));
+    }
+    const ChannelFlows& first = *flows[0];
+    HopCounts hops = first.hops;
     // A ring link carries the channel's share times the collective's ring
     // factor; a tree flow carries half a channel's share, once each way.
     double share = static_cast<double>(bytes) / k / 2;
     if (algo == SimAlgo::kRing) {
-      hops.nvlink = set.hops.nvlink * steps / n;
-      hops.pcie = set.hops.pcie * steps / n;
-      hops.net = set.hops.net * steps / n;
+      hops.nvlink = first.hops.nvlink * steps / n;
+      hops.pcie = first.hops.pcie * steps / n;
+      hops.net = first.hops.net * steps / n;
       share = static_cast<double>(bytes) / k * ringBytesPerLink(coll, n);
     }
-    const double netLatency = set.switchesPerNetHop * fabric_.spec().switchLatencyUs;
+    const double netLatency = first.switchesPerNetHop * fabric_.spec().switchLatencyUs;
     for (int p = 0; p < kProtocolCount; ++p) {
       const Protocol proto = static_cast<Protocol>(p);
       if ((options.protocols & (1u << p)) == 0 || bytes > protocolMaxBytes(proto)) continue;
-      const double slowest = *std::min_element(set.rate[p].begin(), set.rate[p].end());
+      std::vector<double> rate;
+      std::vector<double>* cached = cacheable ? &worldRates_[{a, k, p}] : nullptr;
+      if (cached != nullptr && !cached->empty()) {
+        rate = *cached;
+      } else {
+        // The graph search gave each channel treeBw on its links; the
+        // channel's two trees share it, and each tree splits its threads
+        // between the reduction going up and the broadcast coming down: a
+        // quarter each (NCCL's tree model: algorithm bandwidth half the
+        // graph's total).
+        double ceiling = protocolChannelCeilingGBs(proto);
+        std::vector<Flow> all;
+        for (size_t i = 0; i < comms.size(); ++i) {
+          double own = ceiling;
+          if (algo == SimAlgo::kTree && comms[i]->graphs.comm.treeBw > 0) {
+            const double quarter = 0.25 * comms[i]->graphs.comm.treeBw;
+            own = own > 0 ? std::min(own, quarter) : quarter;
+          }
+          for (Flow f : flows[i]->flows) {
+            f.ceilingGBs = own;
+            all.push_back(std::move(f));
+          }
+        }
+        rate = maxMinRates(capacities(proto), all);
+        if (cached != nullptr) *cached = rate;
+      }
+      const double slowest = *std::min_element(rate.begin(), rate.end());
       const double lat = algo == SimAlgo::kTree ? treeLatencyUs(proto, hops, netLatency)
                                                 : ringLatencyUs(proto, hops, netLatency);
       const double t = lat + share / (slowest * 1e3);
-      if (chosen != nullptr && t >= r.timeUs) continue;
-      chosen = &set;
-      perChannelBytes = share;
+      if (found && t >= r.timeUs) continue;
+      found = true;
+      best = Choice{algo, proto, flows, std::move(rate), share};
       r.timeUs = t;
       r.latencyUs = lat;
       r.algorithm = algo;
@@ -253,35 +300,85 @@ Result<CollectiveResult> ClusterModel::simulate(CollType coll, uint64_t bytes, c
       r.hops = hops;
     }
   }
-  if (chosen == nullptr) return invalidArgument("no allowed algorithm and protocol carries " + std::to_string(bytes) + " bytes");
-  const ChannelSet& set = *chosen;
+  if (!found) return invalidArgument("no allowed algorithm and protocol carries " + std::to_string(bytes) + " bytes");
   r.channels = k;
   r.algBw = static_cast<double>(bytes) / r.timeUs / 1e3;
   r.busBw = r.algBw * ringBytesPerLink(coll, n);
 
-  // Where the bytes go, and how busy each link is at the chosen protocol's rates.
+  // Where the bytes go, and how busy each link is at the chosen rates.
   const std::vector<SimLink>& links = fabric_.links();
-  const std::vector<double>& rate = set.rate[static_cast<int>(r.protocol)];
-  std::vector<double> load(links.size(), 0.0), carried(links.size(), 0.0);
-  for (size_t c = 0; c < set.flows.size(); ++c)
-    for (const FlowUse& u : set.flows[c].uses) {
-      load[u.link] += u.weight * rate[c];
-      carried[u.link] += u.weight * perChannelBytes;
-      r.bytesByClass[static_cast<int>(links[u.link].cls)] += u.weight * perChannelBytes;
+  r.linkBytes.assign(links.size(), 0.0);
+  r.linkBusy.assign(links.size(), 0.0);
+  size_t f = 0;
+  for (const auto& comm : best.flows)
+    for (const Flow& flow : comm->flows) {
+      for (const FlowUse& u : flow.uses) {
+        r.linkBusy[u.link] += u.weight * best.rate[f];
+        r.linkBytes[u.link] += u.weight * best.share;
+      }
+      ++f;
     }
-  if (options.busiest > 0) {
-    std::vector<int> ids;
-    for (size_t l = 0; l < links.size(); ++l)
-      if (load[l] > 0 && links[l].cls != LinkClass::kLocal) ids.push_back(static_cast<int>(l));
-    const size_t keep = std::min<size_t>(ids.size(), static_cast<size_t>(options.busiest));
-    std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(),
-                      [&](int a, int b) { return load[a] / links[a].gbs > load[b] / links[b].gbs; });
-    for (size_t i = 0; i < keep; ++i) {
-      const int l = ids[i];
-      r.busiest.push_back({l, load[l] / links[l].gbs, carried[l]});
+  for (size_t l = 0; l < links.size(); ++l) r.linkBusy[l] /= links[l].gbs;
+  return r;
+}
+
+CollectiveResult ClusterModel::simulateTransfers(const std::vector<Transfer>& transfers) const {
+  CollectiveResult r;
+  r.protocol = Protocol::kSimple;
+  const std::vector<SimLink>& links = fabric_.links();
+  r.linkBytes.assign(links.size(), 0.0);
+  r.linkBusy.assign(links.size(), 0.0);
+  if (transfers.empty()) return r;
+  std::vector<TimedFlow> flows;
+  std::vector<int> route;
+  HopCounts worst;
+  double worstSwitches = 0;
+  for (const Transfer& t : transfers) {
+    route.clear();
+    int switches = 0;
+    const HopClass cls = routeHop(t.from, t.to, fabric_.nearestNet(t.from), fabric_.nearestNet(t.to), &route, &switches);
+    TimedFlow tf;
+    for (int l : route) tf.flow.uses.push_back({l, 1.0});
+    mergeUses(&tf.flow.uses);
+    tf.bytes = t.bytes;
+    for (const FlowUse& u : tf.flow.uses) r.linkBytes[u.link] += u.weight * t.bytes;
+    flows.push_back(std::move(tf));
+    if (cls == HopClass::kNet) {
+      worst = HopCounts{0, 0, 1};
+      worstSwitches = std::max<double>(worstSwitches, switches);
+    } else if (worst.net == 0 && cls == HopClass::kPcie) {
+      worst = HopCounts{0, 1, 0};
+    } else if (worst.net == 0 && worst.pcie == 0) {
+      worst = HopCounts{1, 0, 0};
     }
   }
+  const std::vector<double> capacity = capacities(Protocol::kSimple);
+  const std::vector<double> finish = simulateFlows(capacity, flows);
+  const double last = *std::max_element(finish.begin(), finish.end());
+  r.latencyUs = ringLatencyUs(Protocol::kSimple, worst, worstSwitches * fabric_.spec().switchLatencyUs);
+  r.timeUs = r.latencyUs + last;
+  r.hops = worst;
+  r.channels = 1;
+  for (size_t l = 0; l < links.size(); ++l) r.linkBusy[l] = last > 0 ? r.linkBytes[l] / (last * 1e3) / links[l].gbs : 0;
+  double total = 0;
+  for (const Transfer& t : transfers) total += t.bytes;
+  r.algBw = total / r.timeUs / 1e3;
+  r.busBw = r.algBw;
   return r;
+}
+
+std::vector<LinkLoad> ClusterModel::busiest(const CollectiveResult& r, int count) const {
+  const std::vector<SimLink>& links = fabric_.links();
+  std::vector<int> ids;
+  for (size_t l = 0; l < r.linkBusy.size(); ++l)
+    if (r.linkBytes[l] > 0 && links[l].cls != LinkClass::kLocal) ids.push_back(static_cast<int>(l));
+  const size_t keep = std::min<size_t>(ids.size(), static_cast<size_t>(std::max(count, 0)));
+  std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), [&](int a, int b) {
+    return r.linkBusy[a] != r.linkBusy[b] ? r.linkBusy[a] > r.linkBusy[b] : r.linkBytes[a] > r.linkBytes[b];
+  });
+  std::vector<LinkLoad> out;
+  for (size_t i = 0; i < keep; ++i) out.push_back({ids[i], r.linkBusy[ids[i]], r.linkBytes[ids[i]]});
+  return out;
 }
 
 }  // namespace plait::sim

@@ -1,28 +1,33 @@
-// collective.h — one collective on a simulated cluster: Plait's graphs, its
+// collective.h — collectives on a simulated cluster: Plait's graphs, its
 // tuner's channel choice and cost model, and the fabric's fair shares.
 //
 // How a prediction is made, for a ring collective of S bytes on n GPUs:
-//  1. The rings are the ones Plait builds: topology/cluster.h's graph search
-//     on each distinct host, joined across hosts (NIC-terminated channels).
+//  1. The rings are the ones Plait builds for the communicator (comm.h:
+//     topology/cluster.h's graph search on its hosts trimmed to its GPUs,
+//     joined across hosts through NIC-terminated channels).
 //  2. The channel count is the CUDA executor's (core/tuner.h devicePlan: one
 //     channel per 256 KiB, at most the rings found).
 //  3. Each channel is one flow over every link its hops cross (fabric.h
-//     routes), all channels at once; max-min fair shares give each channel's
-//     rate, each link's capacity scaled by the protocol's efficiency on its
-//     class and each channel bounded by the protocol's ceiling
-//     (core/cost_model.h).
-//  4. time = ring latency (the cost model's base + per-hop latencies of the
+//     routes); every channel of every communicator in the phase runs at
+//     once, and max-min fair shares give each its rate, each link's capacity
+//     scaled by the protocol's efficiency on its class and each channel
+//     bounded by the protocol's ceiling (core/cost_model.h).
+//  4. time = latency (the cost model's base + per-hop latencies of the
 //     critical path, plus the switches a network hop crosses) + the bytes
 //     each link carries (S × the collective's ring factor / channels) over
-//     the slowest channel's rate. The protocol is the fastest of those
-//     allowed (LL up to 1 MiB, LL128 up to 64 MiB, Simple), as NCCL's tuner
-//     picks; `protocols` restricts the choice (Plait's device path runs
-//     Simple only).
-// AllReduce, AllGather, ReduceScatter, Broadcast and Reduce are rings; other
-// collectives are refused (InvalidArgument) until the simulator models them.
+//     the slowest channel's rate. The algorithm and protocol are the fastest
+//     of those allowed (LL up to 1 MiB, LL128 up to 64 MiB, Simple), as
+//     NCCL's tuner picks; SimOptions restricts them (Plait's CUDA executor
+//     runs rings with Simple).
+// AllReduce, AllGather, ReduceScatter, Broadcast and Reduce are rings (and
+// AllReduce also trees); point-to-point transfers (send/recv, all-to-all)
+// are one flow each, from the sender's nearest NIC to the receiver's.
+//
+// Not thread-safe: a model caches the world communicator's flows.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,24 +35,25 @@
 #include "core/cost_model.h"
 #include "core/task.h"
 #include "plait/status.hpp"
+#include "sim/comm.h"
 #include "sim/fabric.h"
 #include "sim/flows.h"
 #include "topology/cluster.h"
 
 namespace plait::sim {
 
-struct LinkLoad {
-  int link = -1;
-  double utilisation = 0;  // fraction of the link's capacity the collective keeps busy
-  double bytes = 0;        // bytes it carries during the collective
-};
-
 // The algorithms the model knows. Plait's executors run rings; trees (the
-// double binary trees topology/ builds, AllReduce only) are modelled so that
+// double binary trees of topology/, AllReduce only) are modelled so that
 // predictions at scale say what NCCL's tree would do.
 enum class SimAlgo : uint8_t { kRing = 0, kTree = 1 };
 inline constexpr int kSimAlgoCount = 2;
 const char* simAlgoName(SimAlgo a);
+
+struct LinkLoad {
+  int link = -1;
+  double utilisation = 0;  // fraction of the link's capacity kept busy while the phase runs
+  double bytes = 0;        // bytes it carries
+};
 
 struct CollectiveResult {
   double timeUs = 0;
@@ -56,53 +62,71 @@ struct CollectiveResult {
   double busBw = 0;
   Protocol protocol = Protocol::kSimple;
   int channels = 0;
-  double latencyUs = 0;    // the latency part of timeUs
-  double channelGBs = 0;   // the slowest channel's rate
-  HopCounts hops;          // the critical path
-  std::vector<double> bytesByClass = std::vector<double>(kLinkClassCount, 0.0);
-  std::vector<LinkLoad> busiest;  // up to `busiest` links, most utilised first
+  double latencyUs = 0;   // the latency part of timeUs
+  double channelGBs = 0;  // the slowest channel's rate
+  HopCounts hops;         // the critical path
+  std::vector<double> linkBytes;  // per fabric link: bytes carried (all communicators of the phase)
+  std::vector<double> linkBusy;   // per fabric link: fraction of its capacity in use
 };
 
 struct SimOptions {
   uint8_t algorithms = 0x3;  // bit per SimAlgo allowed
   uint8_t protocols = 0x7;   // bit per Protocol allowed
-  int busiest = 0;          // how many of the busiest links to report
 };
 
-// A cluster, its graphs and its fabric, ready to answer many queries.
+struct Transfer {
+  GpuRef from, to;
+  double bytes = 0;
+};
+
+// A cluster and its fabric, ready to answer many queries.
 class ClusterModel {
  public:
-  // Searches the graphs (computeClusterGraphs) and builds the fabric. Errors
-  // from either, naming the cause.
+  // Builds the fabric and the world communicator (every GPU). Errors from
+  // the graph search or the fabric, naming the cause.
   static Result<std::unique_ptr<ClusterModel>> create(topo::Cluster cluster, const NetworkSpec& network);
   ~ClusterModel();
   ClusterModel(const ClusterModel&) = delete;
   ClusterModel& operator=(const ClusterModel&) = delete;
 
+  // One collective on every GPU.
   Result<CollectiveResult> simulate(CollType coll, uint64_t bytes, const SimOptions& options) const;
+  // The same collective on each of `comms` at once (equal-sized groups of a
+  // parallelism strategy): the slowest group's time and every link's load.
+  Result<CollectiveResult> simulateConcurrent(const std::vector<SimComm>& comms, CollType coll, uint64_t bytes,
+                                              const SimOptions& options) const;
+  // Point-to-point transfers, all starting together (Simple protocol, one
+  // hop's latency): time until the last is through, and every link's load.
+  CollectiveResult simulateTransfers(const std::vector<Transfer>& transfers) const;
 
-  int nranks() const { return static_cast<int>(gpuOfRank_.size()); }
-  const topo::ClusterGraphs& graphs() const { return graphs_; }
+  Result<SimComm> communicator(const std::vector<GpuRef>& gpus) const { return makeComm(cluster_, gpus); }
+  int nranks() const { return world_.nranks(); }
+  const SimComm& world() const { return world_; }
   const Fabric& fabric() const { return fabric_; }
   const topo::Cluster& cluster() const { return cluster_; }
+  // The `count` busiest links of a result, most utilised first.
+  std::vector<LinkLoad> busiest(const CollectiveResult& r, int count) const;
 
  private:
   ClusterModel() = default;
-  struct ChannelSet;  // the first k channels' flows and fair rates per protocol
-  const ChannelSet& channels(SimAlgo algo, int k) const;
-  void ringFlows(ChannelSet* set, int k) const;
-  void treeFlows(ChannelSet* set, int k) const;
-  // Appends the route a -> b to `route`; returns the hop's class (NVLink or
-  // PCIe inside a host, NET between hosts) and adds the switches it crosses
-  // to `*switches`.
+  struct ChannelFlows;  // one communicator's channels: flows, critical path
+  ChannelFlows flowsFor(const SimComm& comm, SimAlgo algo, int k) const;
+  void ringFlows(const SimComm& comm, int k, ChannelFlows* out) const;
+  void treeFlows(const SimComm& comm, int k, ChannelFlows* out) const;
+  // Appends the route a -> b; returns the hop's class (NVLink or PCIe inside
+  // a host, NET between hosts) and adds the switches it crosses to *switches.
   HopClass routeHop(GpuRef a, GpuRef b, int netOut, int netIn, std::vector<int>* route, int* switches) const;
+  std::vector<double> capacities(Protocol p) const;
+  Result<CollectiveResult> run(const std::vector<const SimComm*>& comms, CollType coll, uint64_t bytes,
+                               const SimOptions& options, bool cacheable) const;
 
   topo::Cluster cluster_;
-  topo::ClusterGraphs graphs_;
+  std::vector<topo::PathTable> paths_;  // per distinct system, for the fabric
   Fabric fabric_;
-  std::vector<GpuRef> gpuOfRank_;
-  std::vector<int> rankBase_;  // per host: its first rank
-  mutable std::vector<std::unique_ptr<ChannelSet>> cache_;  // by algorithm and channel count
+  SimComm world_;
+  // The world communicator's flows and rates, by (algorithm, channels, protocol).
+  mutable std::map<std::tuple<int, int, int>, std::vector<double>> worldRates_;
+  mutable std::map<std::pair<int, int>, std::shared_ptr<const ChannelFlows>> worldFlows_;
 };
 
 }  // namespace plait::sim

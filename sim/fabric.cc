@@ -97,6 +97,16 @@ Result<Fabric> Fabric::build(const topo::Cluster& cluster, const std::vector<top
     }
   }
   if (hosts > 1 && f.rails_ == 0) return invalidArgument("a cluster of several hosts needs NICs in its topology");
+  for (size_t s = 0; s < cluster.systems.size(); ++s) {
+    const topo::TopoSystem& sys = cluster.systems[s];
+    std::vector<int>& best = f.nearestNet_.emplace_back(sys.count(NodeType::kGpu), 0);
+    for (int g = 0; g < sys.count(NodeType::kGpu); ++g)
+      for (int k = 1; k < sys.count(NodeType::kNet); ++k) {
+        const topo::TopoPath& now = paths[s].get(sys.of(NodeType::kGpu)[g], sys.of(NodeType::kNet)[best[g]]);
+        const topo::TopoPath& cand = paths[s].get(sys.of(NodeType::kGpu)[g], sys.of(NodeType::kNet)[k]);
+        if (cand.type < now.type || (cand.type == now.type && cand.bw > now.bw)) best[g] = k;
+      }
+  }
   // Leaves: per rail, one per group of hostsPerLeaf hosts; uplinks carry the
   // group's NIC bandwidth over the oversubscription ratio.
   f.leafBase_ = static_cast<int>(f.links_.size());
@@ -115,6 +125,8 @@ Result<Fabric> Fabric::build(const topo::Cluster& cluster, const std::vector<top
   }
   return f;
 }
+
+int Fabric::nearestNet(GpuRef g) const { return nearestNet_[cluster_->hostSystem[g.host]][g.ordinal]; }
 
 int Fabric::leafOf(int host, int net) const {
   if (spec_.kind == NetworkSpec::Kind::kSingleSwitch) return 0;

@@ -83,6 +83,10 @@ class Fabric {
   // host).
   int appendRoute(GpuRef a, GpuRef b, int netOut, int netIn, std::vector<int>* out) const;
 
+  // The NET ordinal a GPU reaches best (path type, then bandwidth, then the
+  // lowest ordinal): where its point-to-point traffic leaves and enters.
+  int nearestNet(GpuRef g) const;
+
  private:
   const topo::Cluster* cluster_ = nullptr;
   const std::vector<topo::PathTable>* paths_ = nullptr;
@@ -94,6 +98,7 @@ class Fabric {
   int leafBase_ = 0;           // 2 links (up, down) per leaf
   int groups_ = 1;             // leaf groups per rail
   int rails_ = 0;
+  std::vector<std::vector<int>> nearestNet_;  // per distinct system, per GPU ordinal
 
   int leafOf(int host, int net) const;
 };

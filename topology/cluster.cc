@@ -2,7 +2,9 @@
 #include "topology/cluster.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
+#include <set>
 
 #include "base/log.h"
 
@@ -13,6 +15,47 @@ Cluster replicateSystem(TopoSystem system, int hosts) {
   c.systems.push_back(std::move(system));
   c.hostSystem.assign(std::max(hosts, 1), 0);
   return c;
+}
+
+namespace {
+
+// Removes the <pci> elements that hold a GPU whose dev is not kept, and the
+// <nvlink> elements that target one of them (by bus id).
+void dropGpus(XmlNode* node, const std::set<int64_t>& keptDevs, const std::set<std::string>& droppedBusIds) {
+  std::vector<XmlNode> kept;
+  for (XmlNode& c : node->children) {
+    if (c.name == "pci") {
+      const XmlNode* gpu = c.child("gpu");
+      if (gpu != nullptr && keptDevs.count(gpu->intAttr("dev", -1)) == 0) continue;
+    }
+    if (c.name == "nvlink") {
+      std::string target = c.attrOr("target", "");
+      std::transform(target.begin(), target.end(), target.begin(), [](unsigned char ch) { return std::tolower(ch); });
+      if (droppedBusIds.count(target) > 0) continue;
+    }
+    dropGpus(&c, keptDevs, droppedBusIds);
+    kept.push_back(std::move(c));
+  }
+  node->children = std::move(kept);
+}
+
+}  // namespace
+
+Result<TopoSystem> keepGpus(const TopoSystem& system, const std::vector<int>& ordinals) {
+  std::set<int64_t> keptDevs;
+  std::vector<char> seen(system.count(NodeType::kGpu), 0);
+  for (int o : ordinals) {
+    if (o < 0 || o >= system.count(NodeType::kGpu) || seen[o]++)
+      return invalidArgument("keepGpus: GPU ordinal " + std::to_string(o) + " is out of range or repeated");
+    keptDevs.insert(system.gpu(o).gpu.dev);
+  }
+  if (keptDevs.size() == seen.size()) return system;
+  std::set<std::string> droppedBusIds;
+  for (int g = 0; g < system.count(NodeType::kGpu); ++g)
+    if (!seen[g]) droppedBusIds.insert(system.gpu(g).busId);
+  XmlNode xml = system.xml;
+  dropGpus(&xml, keptDevs, droppedBusIds);
+  return buildSystem(xml);
 }
 
 Result<Cluster> loadCluster(const std::string& path, int hosts) {

@@ -30,6 +30,14 @@ inline constexpr int64_t kMaxClusterHosts = int64_t(1) << 20;
 // `hosts` copies of one system.
 Cluster replicateSystem(TopoSystem system, int hosts);
 
+// The system as a communicator over some of its GPUs sees it (NCCL trims
+// the GPUs a communicator does not use before its graph search): `ordinals`
+// lists the GPUs kept (GPU ordinals of `system`, any order, no repeats);
+// the others and the NVLinks that end at them are removed, everything else
+// (CPUs, switches, NICs and their order) stays. InvalidArgument on an
+// ordinal out of range or repeated.
+Result<TopoSystem> keepGpus(const TopoSystem& system, const std::vector<int>& ordinals);
+
 // Reads a cluster description. Either an NCCL <system> file, replicated
 // `hosts` times (0 counts as 1), or a Plait <cluster> file listing hosts as
 // <node file="host.xml" count="N"/> (paths relative to the cluster file;

@@ -114,6 +114,12 @@ Result<NetworkSpec> networkFrom(const Flags& f) {
   return spec;
 }
 
+std::vector<double> bytesByClass(const ClusterModel& model, const CollectiveResult& r) {
+  std::vector<double> out(kLinkClassCount, 0.0);
+  for (size_t l = 0; l < r.linkBytes.size(); ++l) out[static_cast<int>(model.fabric().links()[l].cls)] += r.linkBytes[l];
+  return out;
+}
+
 const char* redopName(CollType c) {
   return c == CollType::kAllReduce || c == CollType::kReduceScatter || c == CollType::kReduce ? "sum" : "none";
 }
@@ -132,13 +138,12 @@ Status run(const Flags& f) {
   SimOptions options;
   options.protocols = protocols;
   options.algorithms = algorithms;
-  options.busiest = f.busiest;
 
   nlohmann::json rows = nlohmann::json::array();
   if (!f.json) {
     std::printf("# plait-sim: %s on %d hosts, %d GPUs, %zu ring channels x %.1f GB/s\n# network: %s\n#\n",
-                f.op.c_str(), model->cluster().hosts(), n, model->graphs().comm.rings.size(),
-                model->graphs().comm.ringBw, describeNetwork(network).c_str());
+                f.op.c_str(), model->cluster().hosts(), n, model->world().graphs.comm.rings.size(),
+                model->world().graphs.comm.ringBw, describeNetwork(network).c_str());
     perf::printTableHeader(stdout);
   }
   CollectiveResult last;
@@ -173,11 +178,12 @@ Status run(const Flags& f) {
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (f.json) {
     nlohmann::json links = nlohmann::json::array();
-    for (const LinkLoad& l : last.busiest)
+    for (const LinkLoad& l : model->busiest(last, f.busiest))
       links.push_back({{"link", model->fabric().linkName(l.link)}, {"utilisation", l.utilisation}, {"bytes", l.bytes}});
     nlohmann::json classes = nlohmann::json::object();
+    const std::vector<double> byClass = bytesByClass(*model, last);
     for (int c = 0; c < kLinkClassCount; ++c)
-      if (last.bytesByClass[c] > 0) classes[linkClassName(static_cast<LinkClass>(c))] = last.bytesByClass[c];
+      if (byClass[c] > 0) classes[linkClassName(static_cast<LinkClass>(c))] = byClass[c];
     nlohmann::json out = {{"program", "plait-sim"}, {"collective", f.op}, {"nranks", n},
                           {"hosts", model->cluster().hosts()}, {"rows", rows},
                           {"largest", {{"busiest_links", links}, {"bytes_by_class", classes}}},
@@ -187,10 +193,11 @@ Status run(const Flags& f) {
   }
   std::printf("# Avg bus bandwidth    : %g \n#\n", count > 0 ? busSum / count : 0);
   std::printf("# largest size: bytes by link class:");
+  const std::vector<double> byClass = bytesByClass(*model, last);
   for (int c = 0; c < kLinkClassCount; ++c)
-    if (last.bytesByClass[c] > 0) std::printf(" %s %.3g", linkClassName(static_cast<LinkClass>(c)), last.bytesByClass[c]);
+    if (byClass[c] > 0) std::printf(" %s %.3g", linkClassName(static_cast<LinkClass>(c)), byClass[c]);
   std::printf("\n# busiest links:\n");
-  for (const LinkLoad& l : last.busiest)
+  for (const LinkLoad& l : model->busiest(last, f.busiest))
     std::printf("#   %-40s %5.1f%% busy, %.3g bytes\n", model->fabric().linkName(l.link).c_str(), 100 * l.utilisation,
                 l.bytes);
   std::printf("# simulated in %.1f ms\n", ms);
