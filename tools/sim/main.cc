@@ -5,6 +5,7 @@
 //   plait-sim --topo-file dgx_a100.xml                      one host, AllReduce 8 B .. 1 GiB
 //   plait-sim --topo-file hgx_h100.xml --nodes 128 -b 1M -e 8G
 //   plait-sim --topo-file cluster.xml --op all_gather --proto simple --json
+//   plait-sim --topo-file hgx_h100.xml --nodes 64 --train --tp 8 --pp 4 --experts 16 --ep 8
 //
 // The table is nccl-tests' (out-of-place columns; the in-place ones and
 // #wrong read N/A), each row followed by the plan: protocol, channels,
@@ -20,6 +21,7 @@
 
 #include "perf_table.h"
 #include "sim/collective.h"
+#include "sim/training.h"
 
 namespace {
 
@@ -35,6 +37,8 @@ struct Flags {
   bool singleSwitch = false;
   int hostsPerLeaf = 0;
   double oversubscription = 0, nicGbps = 0, switchLatencyUs = -1;
+  bool train = false;
+  TrainingSpec training;
 };
 
 Result<uint64_t> parseSize(const std::string& text) {
@@ -124,6 +128,32 @@ const char* redopName(CollType c) {
   return c == CollType::kAllReduce || c == CollType::kReduceScatter || c == CollType::kReduce ? "sum" : "none";
 }
 
+Status runTraining(const ClusterModel& model, const Flags& f) {
+  TrainingSpec spec = f.training;
+  PLAIT_ASSIGN_OR_RETURN(StepReport step, simulateStep(model, spec, f.busiest));
+  if (spec.dp == 0) spec.dp = model.nranks() / (spec.tp * spec.pp);
+  if (!f.json) {
+    std::printf("%s", describeStep(model, spec, step).c_str());
+    return Status::ok();
+  }
+  nlohmann::json phases = nlohmann::json::array();
+  for (const PhaseReport& p : step.phases)
+    phases.push_back({{"phase", p.name}, {"kind", p.what}, {"groups", p.groups}, {"group_size", p.groupSize},
+                      {"bytes_per_call", p.bytesPerCall}, {"calls", p.calls}, {"us_per_call", p.timePerCallUs},
+                      {"plan", p.plan}});
+  nlohmann::json classes = nlohmann::json::object();
+  for (int c = 0; c < kLinkClassCount; ++c)
+    if (step.bytesByClass[c] > 0)
+      classes[linkClassName(static_cast<LinkClass>(c))] = {{"bytes", step.bytesByClass[c]}, {"peak_busy", step.peakByClass[c]}};
+  nlohmann::json links = nlohmann::json::array();
+  for (const LinkLoad& l : step.hottest)
+    links.push_back({{"link", model.fabric().linkName(l.link)}, {"peak_busy", l.utilisation}, {"bytes", l.bytes}});
+  nlohmann::json out = {{"program", "plait-sim"}, {"training_step", phases}, {"comm_us", step.commUs()},
+                        {"link_classes", classes}, {"hottest_links", links}};
+  std::printf("%s\n", out.dump(2).c_str());
+  return Status::ok();
+}
+
 Status run(const Flags& f) {
   PLAIT_ASSIGN_OR_RETURN(CollType coll, parseOp(f.op));
   PLAIT_ASSIGN_OR_RETURN(uint8_t protocols, parseProtocols(f.proto));
@@ -134,6 +164,7 @@ Status run(const Flags& f) {
   PLAIT_ASSIGN_OR_RETURN(topo::Cluster cluster, topo::loadCluster(f.topoFile, f.nodes));
   const auto start = std::chrono::steady_clock::now();
   PLAIT_ASSIGN_OR_RETURN(std::unique_ptr<ClusterModel> model, ClusterModel::create(std::move(cluster), network));
+  if (f.train) return runTraining(*model, f);
   const int n = model->nranks();
   SimOptions options;
   options.protocols = protocols;
@@ -225,6 +256,23 @@ int main(int argc, char** argv) {
   app.add_option("--proto", f.proto, "protocols the tuner may pick: all, or a list of ll, ll128, simple");
   app.add_option("--busiest", f.busiest, "busiest links reported for the largest size")->check(CLI::Range(0, 1000));
   app.add_flag("--json", f.json, "JSON on stdout instead of the table");
+  TrainingSpec& t = f.training;
+  app.add_flag("--train", f.train, "one transformer training step's DP/TP/PP/EP traffic instead of a sweep");
+  app.add_option("--tp", t.tp, "tensor-parallel group size")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--pp", t.pp, "pipeline stages")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--dp", t.dp, "data-parallel replicas (0: what is left)")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--ep", t.ep, "expert-parallel group size")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--d-model", t.dModel, "transformer width")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--blocks", t.blocks, "transformer blocks")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--seq", t.seq, "sequence length")->check(CLI::Range(1, 1 << 24));
+  app.add_option("--micro-batch", t.microBatch, "sequences per micro-batch")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--accumulate", t.accumulate, "micro-batches per step")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--experts", t.experts, "MoE experts per block (0: dense)")->check(CLI::Range(0, 1 << 16));
+  app.add_option("--top-k", t.topK, "experts per token")->check(CLI::Range(1, 64));
+  app.add_option("--capacity-factor", t.capacityFactor, "MoE capacity factor")->check(CLI::Range(0.01, 100.0));
+  app.add_flag("--tp-across-hosts", t.tpAcrossHosts, "place tensor-parallel groups across hosts (data-parallel rank fastest)");
+  app.add_option("--pp-rail-shift", t.ppRailShift, "stage s uses GPU (g + s*shift) of its host: pipeline traffic off rail")
+      ->check(CLI::Range(0, 1024));
   CLI11_PARSE(app, argc, argv);
   const Status status = run(f);
   if (!status.isOk()) {
