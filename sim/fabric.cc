@@ -126,6 +126,16 @@ Result<Fabric> Fabric::build(const topo::Cluster& cluster, const std::vector<top
   return f;
 }
 
+int Fabric::nicLink(int host, int net, bool up) const {
+  if (host < 0 || host >= hosts() || net < 0 || net >= cluster_->host(host).count(NodeType::kNet)) return -1;
+  return nicBase_ + 2 * (nicIndex_[host] + net) + (up ? 0 : 1);
+}
+
+int Fabric::leafLink(int rail, int group, bool up) const {
+  if (rail < 0 || rail >= rails_ || group < 0 || group >= leafGroups()) return -1;
+  return leafBase_ + 2 * (rail * groups_ + group) + (up ? 0 : 1);
+}
+
 int Fabric::nearestNet(GpuRef g) const { return nearestNet_[cluster_->hostSystem[g.host]][g.ordinal]; }
 
 int Fabric::leafOf(int host, int net) const {

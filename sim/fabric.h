@@ -83,6 +83,14 @@ class Fabric {
   // host).
   int appendRoute(GpuRef a, GpuRef b, int netOut, int netIn, std::vector<int>* out) const;
 
+  // The network's links by position: host h's NET k up (to its leaf) or
+  // down; the uplink (to the spines) or downlink of leaf `group` of `rail`.
+  // -1 when the fabric has no such link.
+  int nicLink(int host, int net, bool up) const;
+  int leafLink(int rail, int group, bool up) const;
+  int rails() const { return rails_; }
+  int leafGroups() const { return spec_.kind == NetworkSpec::Kind::kRailFatTree && hosts() > 1 ? groups_ : 0; }
+
   // The NET ordinal a GPU reaches best (path type, then bandwidth, then the
   // lowest ordinal): where its point-to-point traffic leaves and enters.
   int nearestNet(GpuRef g) const;

@@ -183,6 +183,7 @@ Result<StepReport> simulateStep(const ClusterModel& model, const TrainingSpec& i
       peak.linkBusy[l] = std::max(peak.linkBusy[l], p.result.linkBusy[l]);
       report.peakByClass[cls] = std::max(report.peakByClass[cls], p.result.linkBusy[l]);
     }
+  report.linkPeak = peak.linkBusy;
   report.hottest = model.busiest(peak, hottest);
   return report;
 }

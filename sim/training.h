@@ -76,6 +76,7 @@ struct StepReport {
   std::vector<double> bytesByClass;     // per LinkClass, over the whole step
   std::vector<double> peakByClass;      // per LinkClass: highest utilisation of one of its links in any phase
   std::vector<double> linkBytes;        // per fabric link, over the step
+  std::vector<double> linkPeak;         // per fabric link: its highest utilisation in any phase
   std::vector<LinkLoad> hottest;        // most utilised links (peak over phases)
   double commUs() const;
 };

@@ -14,6 +14,7 @@
 // pick as NCCL's tuner would. Exit status: 0, 1 on a model error, 2 on bad flags.
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +23,7 @@
 #include "perf_table.h"
 #include "sim/collective.h"
 #include "sim/training.h"
+#include "svg.h"
 
 namespace {
 
@@ -39,7 +41,15 @@ struct Flags {
   double oversubscription = 0, nicGbps = 0, switchLatencyUs = -1;
   bool train = false;
   TrainingSpec training;
+  std::string svg;                     // picture to write
+  std::vector<std::string> reference;  // SIZE=GBPS published points for the sweep picture
 };
+
+Status writeFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  return out ? Status::ok() : systemError("cannot write " + path);
+}
 
 Result<uint64_t> parseSize(const std::string& text) {
   size_t used = 0;
@@ -132,6 +142,14 @@ Status runTraining(const ClusterModel& model, const Flags& f) {
   TrainingSpec spec = f.training;
   PLAIT_ASSIGN_OR_RETURN(StepReport step, simulateStep(model, spec, f.busiest));
   if (spec.dp == 0) spec.dp = model.nranks() / (spec.tp * spec.pp);
+  if (!f.svg.empty()) {
+    char title[160];
+    snprintf(title, sizeof title, "NIC and spine utilisation per phase of one step: tp %d pp %d dp %d ep %d, %d hosts",
+             spec.tp, spec.pp, spec.dp, spec.ep, model.cluster().hosts());
+    std::vector<HeatPanel> panels;
+    for (const PhaseReport& p : step.phases) panels.push_back({p.name + " " + p.what, p.result.linkBusy});
+    PLAIT_RETURN_IF_ERROR(writeFile(f.svg, fabricHeatmapSvg(title, model, panels, "share of the link in use", 1.0)));
+  }
   if (!f.json) {
     std::printf("%s", describeStep(model, spec, step).c_str());
     return Status::ok();
@@ -177,6 +195,20 @@ Status run(const Flags& f) {
                 model->world().graphs.comm.ringBw, describeNetwork(network).c_str());
     perf::printTableHeader(stdout);
   }
+  std::vector<SweepPoint> reference;
+  for (const std::string& item : f.reference) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) return invalidArgument("--reference " + item + ": expected SIZE=GBPS");
+    PLAIT_ASSIGN_OR_RETURN(uint64_t refBytes, parseSize(item.substr(0, eq)));
+    double gbps = 0;
+    try {
+      gbps = std::stod(item.substr(eq + 1));
+    } catch (...) {
+      return invalidArgument("--reference " + item + ": bad bandwidth");
+    }
+    reference.push_back({static_cast<double>(refBytes), gbps, item.substr(eq + 1) + " GB/s"});
+  }
+  std::vector<SweepPoint> points;
   CollectiveResult last;
   double busSum = 0;
   int count = 0;
@@ -184,6 +216,8 @@ Status run(const Flags& f) {
     PLAIT_ASSIGN_OR_RETURN(last, model->simulate(coll, bytes, options));
     busSum += last.busBw;
     ++count;
+    points.push_back({static_cast<double>(bytes), last.busBw,
+                      std::string(simAlgoName(last.algorithm)) + " " + protocolName(last.protocol)});
     if (f.json) {
       rows.push_back({{"size_bytes", bytes},
                       {"time_us", last.timeUs},
@@ -207,6 +241,12 @@ Status run(const Flags& f) {
                 protocolName(last.protocol), last.channels, last.latencyUs);
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!f.svg.empty()) {
+    char title[200];
+    snprintf(title, sizeof title, "%s on %d hosts x %d GPUs (%s)", f.op.c_str(), model->cluster().hosts(),
+             n / model->cluster().hosts(), f.topoFile.substr(f.topoFile.find_last_of('/') + 1).c_str());
+    PLAIT_RETURN_IF_ERROR(writeFile(f.svg, sweepSvg(title, points, reference)));
+  }
   if (f.json) {
     nlohmann::json links = nlohmann::json::array();
     for (const LinkLoad& l : model->busiest(last, f.busiest))
@@ -256,6 +296,8 @@ int main(int argc, char** argv) {
   app.add_option("--proto", f.proto, "protocols the tuner may pick: all, or a list of ll, ll128, simple");
   app.add_option("--busiest", f.busiest, "busiest links reported for the largest size")->check(CLI::Range(0, 1000));
   app.add_flag("--json", f.json, "JSON on stdout instead of the table");
+  app.add_option("--svg", f.svg, "write a picture: busbw against size (sweep), or the fabric's heat map (--train)");
+  app.add_option("--reference", f.reference, "published points for the sweep picture, SIZE=GBPS (e.g. 1G=231.5)");
   TrainingSpec& t = f.training;
   app.add_flag("--train", f.train, "one transformer training step's DP/TP/PP/EP traffic instead of a sweep");
   app.add_option("--tp", t.tp, "tensor-parallel group size")->check(CLI::Range(1, 1 << 20));
@@ -273,7 +315,11 @@ int main(int argc, char** argv) {
   app.add_flag("--tp-across-hosts", t.tpAcrossHosts, "place tensor-parallel groups across hosts (data-parallel rank fastest)");
   app.add_option("--pp-rail-shift", t.ppRailShift, "stage s uses GPU (g + s*shift) of its host: pipeline traffic off rail")
       ->check(CLI::Range(0, 1024));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad flag: 2, with CLI11's message
+  }
   const Status status = run(f);
   if (!status.isOk()) {
     std::fprintf(stderr, "plait-sim: %s\n", status.toString().c_str());
