@@ -302,6 +302,7 @@ Result<CollectiveResult> ClusterModel::run(const std::vector<const SimComm*>& co
   }
   if (!found) return invalidArgument("no allowed algorithm and protocol carries " + std::to_string(bytes) + " bytes");
   r.channels = k;
+  r.plan = std::string(simAlgoName(r.algorithm)) + " " + protocolName(r.protocol) + " " + std::to_string(k) + "ch";
   r.algBw = static_cast<double>(bytes) / r.timeUs / 1e3;
   r.busBw = r.algBw * ringBytesPerLink(coll, n);
 
@@ -359,6 +360,7 @@ CollectiveResult ClusterModel::simulateTransfers(const std::vector<Transfer>& tr
   r.timeUs = r.latencyUs + last;
   r.hops = worst;
   r.channels = 1;
+  r.plan = "transfers";
   for (size_t l = 0; l < links.size(); ++l) r.linkBusy[l] = last > 0 ? r.linkBytes[l] / (last * 1e3) / links[l].gbs : 0;
   double total = 0;
   for (const Transfer& t : transfers) total += t.bytes;

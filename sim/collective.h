@@ -65,6 +65,7 @@ struct CollectiveResult {
   double latencyUs = 0;   // the latency part of timeUs
   double channelGBs = 0;  // the slowest channel's rate
   HopCounts hops;         // the critical path
+  std::string plan;       // "ring Simple 8ch", "tree LL 2ch", "oneshot", "transfers"
   std::vector<double> linkBytes;  // per fabric link: bytes carried (all communicators of the phase)
   std::vector<double> linkBusy;   // per fabric link: fraction of its capacity in use
 };

@@ -73,10 +73,7 @@ Result<PhaseReport> collectivePhase(const ClusterModel& model, std::string name,
   }
   PLAIT_ASSIGN_OR_RETURN(p.result, model.simulateConcurrent(comms, CollType::kAllReduce, static_cast<uint64_t>(bytes), options));
   p.timePerCallUs = p.result.timeUs;
-  char plan[64];
-  snprintf(plan, sizeof plan, "%s %s %dch", simAlgoName(p.result.algorithm), protocolName(p.result.protocol),
-           p.result.channels);
-  p.plan = plan;
+  p.plan = p.result.plan;
   return p;
 }
 
@@ -91,7 +88,7 @@ PhaseReport transferPhase(const ClusterModel& model, std::string name, std::stri
   p.calls = calls;
   p.result = model.simulateTransfers(transfers);
   p.timePerCallUs = p.result.timeUs;
-  p.plan = "transfers";
+  p.plan = p.result.plan;
   return p;
 }
 

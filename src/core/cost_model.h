@@ -44,6 +44,18 @@ struct HopCounts {
   double net = 0;
 };
 
+// Host ranks (CPU memory, shared-memory FIFOs), calibrated on this
+// project's machine class (DESIGN.md §10): one cache-line hand-off between
+// cores per hop, fused ring passes at about 12 GB/s per channel from DRAM.
+// The host tuner (core/tuner.h) and plait-sim's host mode price with these.
+struct HostCosts {
+  double callUs = 0.05;              // a call's fixed cost
+  double hopUs = 0.25;               // one FIFO step handed to the next rank
+  double ringBytesPerUs = 12e3;      // per channel, bus bandwidth of a fused ring pass
+  double oneShotBytesPerUs = 8e3;    // one-shot AllReduce: copy in + n reads, in cache
+};
+inline constexpr HostCosts kHostCosts{};
+
 // Steps on a ring collective's critical path: AllReduce 2(n-1) (a
 // reduce-scatter, then an all-gather); AllGather, ReduceScatter, Broadcast
 // and Reduce n-1 (Broadcast and Reduce are chains); AlltoAll, Gather and

@@ -18,12 +18,11 @@ PLAIT_PARAM_INT(kChunkBytes, "CHUNK_BYTES", 0, "bytes per rank per ring loop (0:
 PLAIT_PARAM_INT(kNtThreshold, "NT_STORE_THRESHOLD", 32 << 20,
                 "message bytes above which outputs are written with non-temporal stores");
 
-// Host shared-memory model, calibrated on this machine class (DESIGN.md §10):
-// one cache-line hand-off ~0.1-0.3 us; fused ring passes ~10 GB/s from DRAM.
-constexpr double kHopUs = 0.25;
-constexpr double kCallUs = 0.05;
-constexpr double kOneShotBytesPerUs = 8e3;   // copy in + (n) reads, in cache
-constexpr double kRingBytesPerUs = 12e3;     // per channel, bus bandwidth
+// Host shared-memory model (core/cost_model.h).
+constexpr double kHopUs = kHostCosts.hopUs;
+constexpr double kCallUs = kHostCosts.callUs;
+constexpr double kOneShotBytesPerUs = kHostCosts.oneShotBytesPerUs;
+constexpr double kRingBytesPerUs = kHostCosts.ringBytesPerUs;
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 //   plait-sim --topo-file hgx_h100.xml --nodes 128 -b 1M -e 8G
 //   plait-sim --topo-file cluster.xml --op all_gather --proto simple --json
 //   plait-sim --topo-file hgx_h100.xml --nodes 64 --train --tp 8 --pp 4 --experts 16 --ep 8
+//   plait-sim --host-ranks 2 --cores 2                       CPU ranks on a host like this one
 //
 // The table is nccl-tests' (out-of-place columns; the in-place ones and
 // #wrong read N/A), each row followed by the plan: protocol, channels,
@@ -22,6 +23,7 @@
 
 #include "perf_table.h"
 #include "sim/collective.h"
+#include "sim/host.h"
 #include "sim/training.h"
 #include "svg.h"
 
@@ -41,6 +43,7 @@ struct Flags {
   double oversubscription = 0, nicGbps = 0, switchLatencyUs = -1;
   bool train = false;
   TrainingSpec training;
+  HostRunSpec host;                    // --host-ranks: CPU ranks instead of GPUs
   std::string svg;                     // picture to write
   std::vector<std::string> reference;  // SIZE=GBPS published points for the sweep picture
 };
@@ -172,12 +175,37 @@ Status runTraining(const ClusterModel& model, const Flags& f) {
   return Status::ok();
 }
 
+// Host ranks on CPU hosts like this one (sim/host.h), nccl-tests' table.
+Status runHostRanks(const Flags& f, CollType coll, uint64_t minBytes, uint64_t maxBytes) {
+  HostRunSpec spec = f.host;
+  spec.hosts = std::max(f.nodes, 1);
+  if (f.nicGbps > 0) spec.nicGBs = f.nicGbps / 8.0;
+  const int n = spec.hosts * spec.ranksPerHost;
+  std::printf("# plait-sim: %s, host ranks: %d hosts x %d ranks on %d cores each%s\n#\n", f.op.c_str(), spec.hosts,
+              spec.ranksPerHost, spec.cores, spec.hosts > 1 ? ", one switch" : "");
+  perf::printTableHeader(stdout);
+  for (uint64_t bytes = std::max<uint64_t>(minBytes, 4); bytes <= maxBytes; bytes *= std::max(f.factor, 2)) {
+    PLAIT_ASSIGN_OR_RETURN(CollectiveResult r, simulateHostRanks(spec, coll, bytes));
+    perf::TableRow row;
+    row.bytes = bytes;
+    row.count = bytes / 4;
+    row.type = "float";
+    row.redop = redopName(coll);
+    row.root = coll == CollType::kBroadcast || coll == CollType::kReduce ? 0 : -1;
+    row.outOfPlace = perf::makeMeasurement(bytes, r.timeUs, ringBytesPerLink(coll, n), -1);
+    std::printf("%s    # %s lat %.2f us\n", perf::formatRow(row).c_str(), r.plan.c_str(), r.latencyUs);
+  }
+  return Status::ok();
+}
+
 Status run(const Flags& f) {
   PLAIT_ASSIGN_OR_RETURN(CollType coll, parseOp(f.op));
   PLAIT_ASSIGN_OR_RETURN(uint8_t protocols, parseProtocols(f.proto));
   PLAIT_ASSIGN_OR_RETURN(uint8_t algorithms, parseAlgorithms(f.algo));
   PLAIT_ASSIGN_OR_RETURN(uint64_t minBytes, parseSize(f.minSize));
   PLAIT_ASSIGN_OR_RETURN(uint64_t maxBytes, parseSize(f.maxSize));
+  if (f.host.ranksPerHost > 0) return runHostRanks(f, coll, minBytes, maxBytes);
+  if (f.topoFile.empty()) return invalidArgument("--topo-file is required (or --host-ranks for CPU ranks)");
   PLAIT_ASSIGN_OR_RETURN(NetworkSpec network, networkFrom(f));
   PLAIT_ASSIGN_OR_RETURN(topo::Cluster cluster, topo::loadCluster(f.topoFile, f.nodes));
   const auto start = std::chrono::steady_clock::now();
@@ -280,7 +308,17 @@ Status run(const Flags& f) {
 int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"plait-sim: Plait's graphs and tuner on a described cluster, with a flow-level network model"};
-  app.add_option("--topo-file", f.topoFile, "NCCL topology XML of a host, or a Plait <cluster> file")->required();
+  app.add_option("--topo-file", f.topoFile, "NCCL topology XML of a host, or a Plait <cluster> file");
+  f.host.ranksPerHost = 0;
+  app.add_option("--host-ranks", f.host.ranksPerHost, "CPU ranks per host instead of GPUs (hosts: --nodes)")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--cores", f.host.cores, "host ranks: CPUs per host")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--net-hop-us", f.host.netHopUs, "host ranks: one step across the network")->check(CLI::Range(0.0, 1e6));
+  app.add_option("--mem-gbps", f.host.memGBs, "host ranks: DRAM copy rate per host, GB/s (0: all in cache)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--cache-bytes", f.host.cacheBytes, "host ranks: buffers beyond this go through DRAM")
+      ->check(CLI::Range(0.0, 1e15));
+  app.add_option("--wake-us", f.host.wakeUs, "host ranks: one step when threads outnumber cores")->check(CLI::Range(0.0, 1e6));
   app.add_option("--nodes", f.nodes, "hosts (copies of a <system> file)")->check(CLI::Range(0, 1 << 20));
   app.add_option("--network", f.networkFile, "file holding a <network> element");
   app.add_flag("--single-switch", f.singleSwitch, "every NIC on one non-blocking switch");

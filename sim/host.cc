@@ -1,0 +1,105 @@
+// host.cc — see host.h.
+#include "sim/host.h"
+
+#include <algorithm>
+
+#include "core/cost_model.h"
+#include "core/tuner.h"
+#include "topology/topology.h"
+#include "transport/line_fifo.h"
+
+namespace plait::sim {
+
+Result<CollectiveResult> simulateHostRanks(const HostRunSpec& s, CollType coll, uint64_t bytes) {
+  if (s.hosts < 1 || s.ranksPerHost < 1 || s.cores < 1)
+    return invalidArgument("host ranks: hosts, ranks per host and cores must be >= 1");
+  if (s.hosts > 1 && !(s.nicGBs > 0)) return invalidArgument("host ranks on several hosts need --nic-gbps");
+  if (coll != CollType::kAllReduce && coll != CollType::kAllGather && coll != CollType::kReduceScatter &&
+      coll != CollType::kBroadcast && coll != CollType::kReduce)
+    return invalidArgument(std::string("host ranks: ") + collName(coll) + " is not modelled");
+  const int n = s.hosts * s.ranksPerHost;
+  CollectiveResult r;
+  r.protocol = Protocol::kSimple;
+  if (n == 1 || bytes == 0) {
+    r.latencyUs = r.timeUs = kHostCosts.callUs;
+    return r;
+  }
+  // What the communicator would connect and plan (src/core/comm.cc).
+  const int channels = std::clamp(s.cores / s.ranksPerHost, 1, 4);
+  std::vector<topo::RankPlacement> placements;
+  for (int rank = 0; rank < n; ++rank)
+    placements.push_back({rank, 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(rank / s.ranksPerHost + 1), 0,
+                          rank % s.ranksPerHost});
+  PLAIT_ASSIGN_OR_RETURN(topo::CommGraphs graphs, topo::buildHostGraphs(placements, channels));
+  TunerInputs ti;
+  ti.nranks = n;
+  ti.nLocalRanks = s.ranksPerHost;
+  ti.nHosts = s.hosts;
+  ti.nChannels = channels;
+  ti.ringStepBytes = 128 << 10;  // PLAIT_SHM_STEP_BYTES, PLAIT_SHM_STEPS, PLAIT_SHM_MESH_STEP_BYTES
+  ti.ringSteps = 8;
+  const bool mesh = s.ranksPerHost <= 16;
+  ti.meshStepBytes = mesh ? 32 << 10 : 0;
+  ti.lineMaxBytes = mesh ? kLineMaxMessageBytes : 0;
+  ti.fullMesh = mesh && s.hosts == 1;
+  const Tuner tuner(ti);
+  Task task;
+  task.coll = coll;
+  const Plan plan = tuner.plan(task, bytes);
+  const bool oversubscribed = s.ranksPerHost * channels > s.cores;
+  if (plan.algo == Algorithm::kOneShot) {  // in cache, all pairs at once: the tuner's own figure
+    r.timeUs = plan.predictedUs + (oversubscribed ? s.wakeUs - kHostCosts.hopUs : 0);
+    r.latencyUs = r.timeUs;
+    r.channels = 1;
+    r.plan = "oneshot";
+  } else {
+    // Links: a copy engine per core per host, then each host's NIC up and down.
+    const int k = plan.nChannels;
+    const int coreLinks = s.hosts * s.cores;
+    std::vector<double> capacity(coreLinks, kHostCosts.ringBytesPerUs / 1e3);
+    for (int h = 0; h < s.hosts; ++h) {
+      capacity.push_back(s.nicGBs);
+      capacity.push_back(s.nicGBs);
+    }
+    const int memBase = static_cast<int>(capacity.size());
+    const bool dram = s.memGBs > 0 && 2.0 * static_cast<double>(bytes) * s.ranksPerHost > s.cacheBytes;
+    if (dram) capacity.insert(capacity.end(), s.hosts, s.memGBs);
+    auto coreOf = [&](int rank, int c) {
+      const int local = rank % s.ranksPerHost;
+      return (rank / s.ranksPerHost) * s.cores + (local * channels + c) % s.cores;
+    };
+    std::vector<Flow> flows(k);
+    int netHops = 0;
+    for (int c = 0; c < k; ++c) {
+      const std::vector<int>& ring = graphs.rings[c];
+      for (int i = 0; i < n; ++i) {
+        const int a = ring[i], b = ring[(i + 1) % n];
+        flows[c].uses.push_back({coreOf(a, c), 1.0});
+        if (dram) flows[c].uses.push_back({memBase + a / s.ranksPerHost, 1.0});
+        if (a / s.ranksPerHost != b / s.ranksPerHost) {
+          flows[c].uses.push_back({coreLinks + 2 * (a / s.ranksPerHost), 1.0});
+          flows[c].uses.push_back({coreLinks + 2 * (b / s.ranksPerHost) + 1, 1.0});
+          if (c == 0) ++netHops;
+        }
+      }
+      mergeUses(&flows[c].uses);
+    }
+    const std::vector<double> rate = maxMinRates(capacity, flows);
+    const double slowest = *std::min_element(rate.begin(), rate.end());
+    const int steps = ringSteps(coll, n);
+    const double netSteps = static_cast<double>(steps) * netHops / n;
+    r.latencyUs = kHostCosts.callUs + (steps - netSteps) * (oversubscribed ? s.wakeUs : kHostCosts.hopUs) +
+                  netSteps * s.netHopUs;
+    r.timeUs = r.latencyUs + ringBytesPerLink(coll, n) * static_cast<double>(bytes) / k / (slowest * 1e3);
+    r.channels = k;
+    r.channelGBs = slowest;
+    r.hops.pcie = steps - netSteps;  // shared-memory hand-offs
+    r.hops.net = netSteps;
+    r.plan = "ring " + std::to_string(k) + "ch" + (dram ? " DRAM" : "");
+  }
+  r.algBw = static_cast<double>(bytes) / r.timeUs / 1e3;
+  r.busBw = r.algBw * ringBytesPerLink(coll, n);
+  return r;
+}
+
+}  // namespace plait::sim
