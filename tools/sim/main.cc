@@ -13,6 +13,8 @@
 // latency share. Plait's CUDA executor runs rings with the Simple protocol:
 // `--algo ring --proto simple` predicts Plait; the default lets the model
 // pick as NCCL's tuner would. Exit status: 0, 1 on a model error, 2 on bad flags.
+#include <strings.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -81,32 +83,23 @@ Result<CollType> parseOp(const std::string& op) {
   return invalidArgument("--op " + op + ": expected all_reduce, all_gather, reduce_scatter, broadcast or reduce");
 }
 
-Result<uint8_t> parseProtocols(const std::string& text) {
-  if (text == "all") return uint8_t{0x7};
+// "all" or a comma-separated list of `names` (any case) into bits: bit i for
+// names[i]. `flag` names the option in the error.
+Result<uint8_t> parseNameList(const std::string& text, const char* flag, const std::vector<std::string>& names) {
+  if (text == "all") return static_cast<uint8_t>((1u << names.size()) - 1);
   uint8_t bits = 0;
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = std::min(text.find(',', start), text.size());
     const std::string name = text.substr(start, comma - start);
-    if (name == "ll" || name == "LL") bits |= 1u << static_cast<int>(Protocol::kLL);
-    else if (name == "ll128" || name == "LL128") bits |= 1u << static_cast<int>(Protocol::kLL128);
-    else if (name == "simple" || name == "Simple") bits |= 1u << static_cast<int>(Protocol::kSimple);
-    else return invalidArgument("--proto: unknown protocol \"" + name + "\" (ll, ll128, simple, all)");
-    start = comma + 1;
-  }
-  return bits;
-}
-
-Result<uint8_t> parseAlgorithms(const std::string& text) {
-  if (text == "all") return uint8_t{0x3};
-  uint8_t bits = 0;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string name = text.substr(start, comma - start);
-    if (name == "ring") bits |= 1u << static_cast<int>(SimAlgo::kRing);
-    else if (name == "tree") bits |= 1u << static_cast<int>(SimAlgo::kTree);
-    else return invalidArgument("--algo: unknown algorithm \"" + name + "\" (ring, tree, all)");
+    size_t i = 0;
+    while (i < names.size() && strcasecmp(names[i].c_str(), name.c_str()) != 0) ++i;
+    if (i == names.size()) {
+      std::string known;
+      for (const std::string& n : names) known += n + ", ";
+      return invalidArgument(std::string(flag) + ": unknown name \"" + name + "\" (" + known + "all)");
+    }
+    bits |= static_cast<uint8_t>(1u << i);
     start = comma + 1;
   }
   return bits;
@@ -200,8 +193,9 @@ Status runHostRanks(const Flags& f, CollType coll, uint64_t minBytes, uint64_t m
 
 Status run(const Flags& f) {
   PLAIT_ASSIGN_OR_RETURN(CollType coll, parseOp(f.op));
-  PLAIT_ASSIGN_OR_RETURN(uint8_t protocols, parseProtocols(f.proto));
-  PLAIT_ASSIGN_OR_RETURN(uint8_t algorithms, parseAlgorithms(f.algo));
+  // Bit order: Protocol's and SimAlgo's values.
+  PLAIT_ASSIGN_OR_RETURN(uint8_t protocols, parseNameList(f.proto, "--proto", {"ll", "ll128", "simple"}));
+  PLAIT_ASSIGN_OR_RETURN(uint8_t algorithms, parseNameList(f.algo, "--algo", {"ring", "tree"}));
   PLAIT_ASSIGN_OR_RETURN(uint64_t minBytes, parseSize(f.minSize));
   PLAIT_ASSIGN_OR_RETURN(uint64_t maxBytes, parseSize(f.maxSize));
   if (f.host.ranksPerHost > 0) return runHostRanks(f, coll, minBytes, maxBytes);
