@@ -337,7 +337,14 @@ CollectiveResult ClusterModel::simulateTransfers(const std::vector<Transfer>& tr
   for (const Transfer& t : transfers) {
     route.clear();
     int switches = 0;
-    const HopClass cls = routeHop(t.from, t.to, fabric_.nearestNet(t.from), fabric_.nearestNet(t.to), &route, &switches);
+    GpuRef from = t.from;
+    if (fabric_.spec().pxn && t.from.host != t.to.host && t.to.ordinal < cluster_.host(t.from.host).count(topo::NodeType::kGpu) &&
+        fabric_.nvlinkPeers(t.from.host, t.from.ordinal, t.to.ordinal)) {
+      const GpuRef peer{t.from.host, t.to.ordinal};  // PXN: the NVLink peer on the receiver's rail sends
+      routeHop(t.from, peer, 0, 0, &route, &switches);
+      from = peer;
+    }
+    const HopClass cls = routeHop(from, t.to, fabric_.nearestNet(from), fabric_.nearestNet(t.to), &route, &switches);
     TimedFlow tf;
     for (int l : route) tf.flow.uses.push_back({l, 1.0});
     mergeUses(&tf.flow.uses);
@@ -366,6 +373,27 @@ CollectiveResult ClusterModel::simulateTransfers(const std::vector<Transfer>& tr
   for (const Transfer& t : transfers) total += t.bytes;
   r.algBw = total / r.timeUs / 1e3;
   r.busBw = r.algBw;
+  return r;
+}
+
+Result<CollectiveResult> ClusterModel::simulateAlltoAll(uint64_t bytes) const {
+  const int n = nranks();
+  if (n > kMaxAlltoAllRanks)
+    return invalidArgument("AlltoAll is simulated pair by pair, up to " + std::to_string(kMaxAlltoAllRanks) +
+                           " GPUs; this cluster has " + std::to_string(n));
+  std::vector<Transfer> transfers;
+  transfers.reserve(static_cast<size_t>(n) * (n - 1));
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b) transfers.push_back({world_.members[a], world_.members[b], static_cast<double>(bytes) / n});
+  CollectiveResult r = simulateTransfers(transfers);
+  if (n == 1 || bytes == 0) {
+    r.latencyUs = r.timeUs = ringLatencyUs(Protocol::kSimple, HopCounts{});
+    return r;
+  }
+  r.algBw = static_cast<double>(bytes) / r.timeUs / 1e3;
+  r.busBw = r.algBw * ringBytesPerLink(CollType::kAlltoAll, n);
+  r.plan = fabric_.spec().pxn ? "pairs PXN" : "pairs";
   return r;
 }
 

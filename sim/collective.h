@@ -98,7 +98,15 @@ class ClusterModel {
                                               const SimOptions& options) const;
   // Point-to-point transfers, all starting together (Simple protocol, one
   // hop's latency): time until the last is through, and every link's load.
+  // Between hosts a transfer leaves by the sender's nearest NIC, or with PXN
+  // (NetworkSpec::pxn) by the NIC of the sender host's GPU on the receiver's
+  // rail, reached over NVLink.
   CollectiveResult simulateTransfers(const std::vector<Transfer>& transfers) const;
+  // AlltoAll on every GPU: each rank sends bytes / n to every other (bytes:
+  // nccl-tests' size, the per-rank buffer). Up to kMaxAlltoAllRanks ranks
+  // (n² flows).
+  Result<CollectiveResult> simulateAlltoAll(uint64_t bytes) const;
+  static constexpr int kMaxAlltoAllRanks = 1024;
 
   Result<SimComm> communicator(const std::vector<GpuRef>& gpus) const { return makeComm(cluster_, gpus); }
   int nranks() const { return world_.nranks(); }

@@ -37,6 +37,9 @@ Result<NetworkSpec> parseNetworkSpec(const topo::XmlNode& e) {
   PLAIT_ASSIGN_OR_RETURN(double gbps, e.floatAttrIn("nic-gbps", 0, 0, 1e6));
   s.nicGBs = gbps / 8.0;
   PLAIT_ASSIGN_OR_RETURN(s.switchLatencyUs, e.floatAttrIn("switch-latency-us", s.switchLatencyUs, 0, 1e6));
+  const std::string pxn = e.attrOr("pxn", "1");
+  if (pxn != "0" && pxn != "1") return invalidArgument("<network pxn=\"" + pxn + "\">: expected 0 or 1");
+  s.pxn = pxn == "1";
   return s;
 }
 
@@ -49,6 +52,7 @@ std::string describeNetwork(const NetworkSpec& s) {
              s.hostsPerLeaf, s.oversubscription, s.switchLatencyUs);
   }
   std::string out = buf;
+  if (!s.pxn) out += ", no PXN";
   if (s.nicGBs > 0) out += ", NICs at " + std::to_string(static_cast<int>(s.nicGBs * 8 + 0.5)) + " Gb/s";
   return out;
 }
@@ -134,6 +138,11 @@ int Fabric::nicLink(int host, int net, bool up) const {
 int Fabric::leafLink(int rail, int group, bool up) const {
   if (rail < 0 || rail >= rails_ || group < 0 || group >= leafGroups()) return -1;
   return leafBase_ + 2 * (rail * groups_ + group) + (up ? 0 : 1);
+}
+
+bool Fabric::nvlinkPeers(int host, int a, int b) const {
+  const topo::PathTable& p = (*paths_)[cluster_->hostSystem[host]];
+  return a != b && p.gpuToGpu(a, b).type <= topo::PathType::kNvb;
 }
 
 int Fabric::nearestNet(GpuRef g) const { return nearestNet_[cluster_->hostSystem[g.host]][g.ordinal]; }

@@ -43,6 +43,9 @@ struct NetworkSpec {
   double oversubscription = 1.0;  // leaf downlink : uplink bandwidth (>= 1)
   double nicGBs = 0;              // per NIC port, GB/s; 0: the topology's <net speed>
   double switchLatencyUs = 0.3;   // per switch a network hop crosses
+  // Point-to-point between hosts through the NVLink peer on the receiver's
+  // rail (NCCL's PXN, on by default where GPUs share NVLink).
+  bool pxn = true;
 };
 
 // <network kind="rail-fat-tree|single-switch" hosts-per-leaf="32"
@@ -90,6 +93,10 @@ class Fabric {
   int leafLink(int rail, int group, bool up) const;
   int rails() const { return rails_; }
   int leafGroups() const { return spec_.kind == NetworkSpec::Kind::kRailFatTree && hosts() > 1 ? groups_ : 0; }
+
+  // Whether GPUs a and b of `host` reach each other over NVLink (directly,
+  // through NVSwitches, or through one GPU).
+  bool nvlinkPeers(int host, int a, int b) const;
 
   // The NET ordinal a GPU reaches best (path type, then bandwidth, then the
   // lowest ordinal): where its point-to-point traffic leaves and enters.

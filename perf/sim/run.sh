@@ -50,8 +50,10 @@ cat "$OUT/published.md"
   echo "# One training step on 64 x 8 H100 (hgx_h100.xml, 8 x 400 Gb/s rails, 32 hosts per leaf)"
   echo
   echo "d_model 8192, 64 blocks, seq 4096, 8 micro-batches, tp 8, pp 4, dp 16 (MoE: 16 experts, top-2, ep 8)."
-  for args in "" "--tp-across-hosts" "--pp-rail-shift 1" "--pp-rail-shift 1 --oversubscription 4" \
-              "--experts 16 --ep 8" "--experts 16 --ep 8 --oversubscription 4"; do
+  echo "PXN (point-to-point through the NVLink peer on the receiver's rail) is on unless --no-pxn."
+  for args in "" "--tp-across-hosts" "--pp-rail-shift 1 --oversubscription 4" \
+              "--pp-rail-shift 1 --oversubscription 4 --no-pxn" "--experts 16 --ep 8" \
+              "--experts 16 --ep 8 --oversubscription 4 --no-pxn"; do
     echo
     echo "## \`${args:-default placement}\`"
     echo
@@ -60,7 +62,7 @@ cat "$OUT/published.md"
     echo '```'
   done
 } > "$OUT/training_64x8.md"
-"$S" --topo-file "$D/hgx_h100.xml" --nodes 64 --train --tp 8 --pp 4 --pp-rail-shift 1 --oversubscription 4 \
+"$S" --topo-file "$D/hgx_h100.xml" --nodes 64 --train --tp 8 --pp 4 --pp-rail-shift 1 --oversubscription 4 --no-pxn \
   --svg docs/img/sim_train_64x8_offrail.svg > /dev/null
 
 {

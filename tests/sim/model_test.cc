@@ -199,3 +199,41 @@ TEST_CASE("the simulator's plan follows the library's tuner and protocol limits"
   CHECK(ag->timeUs < 0.55 * ar->timeUs);
   CHECK(ag->busBw == Approx(ar->busBw).epsilon(0.02));
 }
+
+TEST_CASE("all-to-all: PXN keeps each transfer on the receiver's rail; without it, rails meet at the spines",
+          "[sim][transfers]") {
+  auto run = [](bool pxn) {
+    NetworkSpec spec;
+    spec.hostsPerLeaf = 2;        // both hosts under one leaf per rail
+    spec.oversubscription = 4;    // and thin spines
+    spec.pxn = pxn;
+    auto model = ClusterModel::create(loadCluster("hgx_h100.xml", 2), spec);
+    REQUIRE(model.isOk());
+    auto r = (*model)->simulateAlltoAll(uint64_t(1) << 30);
+    INFO(r.status().toString());
+    REQUIRE(r.isOk());
+    double spine = 0;
+    for (size_t l = 0; l < (*model)->fabric().links().size(); ++l)
+      if ((*model)->fabric().links()[l].cls == LinkClass::kSpine) spine += r->linkBytes[l];
+    return std::make_pair(*r, spine);
+  };
+  const auto [withPxn, spineWith] = run(true);
+  const auto [without, spineWithout] = run(false);
+  // Half of each GPU's buffer goes to the other host, spread over the 8
+  // rails: each NIC carries S/2 at 46 GB/s (50 GB/s x 0.92).
+  CHECK(withPxn.busBw == Approx(2 * 46.0 * 15 / 16).epsilon(0.05));
+  CHECK(withPxn.plan == "pairs PXN");
+  CHECK(spineWith == 0);
+  // Without PXN a GPU sends to all 8 rails of the other host by its own NIC:
+  // 7 of 8 transfers change rail at the spines, a quarter as wide as the leaves.
+  CHECK(spineWithout > 0);
+  CHECK(without.timeUs > 1.5 * withPxn.timeUs);
+}
+
+TEST_CASE("all-to-all is refused beyond the pair-by-pair limit", "[sim][transfers]") {
+  auto model = ClusterModel::create(loadCluster("hgx_h100.xml", ClusterModel::kMaxAlltoAllRanks / 8 + 1), NetworkSpec{});
+  REQUIRE(model.isOk());
+  auto r = (*model)->simulateAlltoAll(1 << 20);
+  REQUIRE_FALSE(r.isOk());
+  CHECK_THAT(r.status().toString(), Catch::Contains("AlltoAll"));
+}

@@ -9,12 +9,13 @@ using namespace plait::sim;
 
 namespace {
 
-std::unique_ptr<ClusterModel> h100s(int hosts, double oversubscription = 1) {
+std::unique_ptr<ClusterModel> h100s(int hosts, double oversubscription = 1, bool pxn = true) {
   auto c = topo::loadCluster(std::string(PLAIT_TOPO_TEST_DATA) + "/hgx_h100.xml", hosts);
   REQUIRE(c.isOk());
   NetworkSpec net;
   net.hostsPerLeaf = 4;
   net.oversubscription = oversubscription;
+  net.pxn = pxn;
   auto m = ClusterModel::create(std::move(c).value(), net);
   INFO(m.status().toString());
   REQUIRE(m.isOk());
@@ -92,16 +93,25 @@ TEST_CASE("placement: tensor parallelism across hosts and off-rail pipelines cos
   // The same all-reduces over NICs instead of NVLink: several times slower.
   CHECK(phase(across, "TP").timePerCallUs > 3 * phase(inHost, "TP").timePerCallUs);
 
-  s = small();
-  s.pp = 8;  // one host per stage, dp 1: the pipeline's boundaries cross leaves
-  s.blocks = 8;
-  const StepReport onRail = step(*m, s);
-  s.ppRailShift = 1;
-  const StepReport offRail = step(*m, s);
+  // Pipelines: one host per stage, dp 1, so the boundaries cross leaves.
+  auto pipeline = [](const ClusterModel& model, int shift) {
+    TrainingSpec p = small();
+    p.pp = 8;
+    p.blocks = 8;
+    p.ppRailShift = shift;
+    return step(model, p);
+  };
   const int spine = static_cast<int>(LinkClass::kSpine);
+  auto direct = h100s(8, 4.0, /*pxn=*/false);
+  const StepReport onRail = pipeline(*direct, 0), offRail = pipeline(*direct, 1);
   // On rail, only the boundary between the two leaves uses the spine; off
-  // rail every boundary's traffic changes rail and so crosses it.
+  // rail every boundary's traffic changes rail and so crosses it, slower.
   CHECK(offRail.bytesByClass[spine] > 3 * onRail.bytesByClass[spine]);
+  CHECK(phase(offRail, "PP").timePerCallUs > phase(onRail, "PP").timePerCallUs);
+  // PXN (NCCL's default on NVLink machines) first crosses NVLink to the GPU
+  // on the receiver's rail: off rail costs no more spine than on rail.
+  const StepReport pxnOffRail = pipeline(*m, 1);
+  CHECK(pxnOffRail.bytesByClass[spine] == Approx(onRail.bytesByClass[spine]));
 }
 
 TEST_CASE("expert parallelism: all-to-all inside each EP group, expert gradients over the others", "[sim][training]") {

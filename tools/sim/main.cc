@@ -41,6 +41,7 @@ struct Flags {
   int busiest = 5;
   bool json = false;
   bool singleSwitch = false;
+  bool noPxn = false;
   int hostsPerLeaf = 0;
   double oversubscription = 0, nicGbps = 0, switchLatencyUs = -1;
   bool train = false;
@@ -80,7 +81,8 @@ Result<CollType> parseOp(const std::string& op) {
   if (op == "reduce_scatter") return CollType::kReduceScatter;
   if (op == "broadcast") return CollType::kBroadcast;
   if (op == "reduce") return CollType::kReduce;
-  return invalidArgument("--op " + op + ": expected all_reduce, all_gather, reduce_scatter, broadcast or reduce");
+  if (op == "alltoall") return CollType::kAlltoAll;
+  return invalidArgument("--op " + op + ": expected all_reduce, all_gather, reduce_scatter, broadcast, reduce or alltoall");
 }
 
 // "all" or a comma-separated list of `names` (any case) into bits: bit i for
@@ -117,6 +119,7 @@ Result<NetworkSpec> networkFrom(const Flags& f) {
     }
   }
   if (f.singleSwitch) spec.kind = NetworkSpec::Kind::kSingleSwitch;
+  if (f.noPxn) spec.pxn = false;
   if (f.hostsPerLeaf > 0) spec.hostsPerLeaf = f.hostsPerLeaf;
   if (f.oversubscription > 0) spec.oversubscription = f.oversubscription;
   if (f.nicGbps > 0) spec.nicGBs = f.nicGbps / 8.0;
@@ -235,16 +238,20 @@ Status run(const Flags& f) {
   double busSum = 0;
   int count = 0;
   for (uint64_t bytes = std::max<uint64_t>(minBytes, 4); bytes <= maxBytes; bytes *= std::max(f.factor, 2)) {
-    PLAIT_ASSIGN_OR_RETURN(last, model->simulate(coll, bytes, options));
+    if (coll == CollType::kAlltoAll) {
+      PLAIT_ASSIGN_OR_RETURN(last, model->simulateAlltoAll(bytes));
+    } else {
+      PLAIT_ASSIGN_OR_RETURN(last, model->simulate(coll, bytes, options));
+    }
     busSum += last.busBw;
     ++count;
-    points.push_back({static_cast<double>(bytes), last.busBw,
-                      std::string(simAlgoName(last.algorithm)) + " " + protocolName(last.protocol)});
+    points.push_back({static_cast<double>(bytes), last.busBw, last.plan.substr(0, last.plan.rfind(' '))});
     if (f.json) {
       rows.push_back({{"size_bytes", bytes},
                       {"time_us", last.timeUs},
                       {"algbw", last.algBw},
                       {"busbw", last.busBw},
+                      {"plan", last.plan},
                       {"algorithm", simAlgoName(last.algorithm)},
                       {"protocol", protocolName(last.protocol)},
                       {"channels", last.channels},
@@ -259,8 +266,7 @@ Status run(const Flags& f) {
     row.redop = redopName(coll);
     row.root = coll == CollType::kBroadcast || coll == CollType::kReduce ? 0 : -1;
     row.outOfPlace = perf::makeMeasurement(bytes, last.timeUs, ringBytesPerLink(coll, n), -1);
-    std::printf("%s    # %s %s %dch lat %.1f us\n", perf::formatRow(row).c_str(), simAlgoName(last.algorithm),
-                protocolName(last.protocol), last.channels, last.latencyUs);
+    std::printf("%s    # %s lat %.1f us\n", perf::formatRow(row).c_str(), last.plan.c_str(), last.latencyUs);
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!f.svg.empty()) {
@@ -316,6 +322,7 @@ int main(int argc, char** argv) {
   app.add_option("--nodes", f.nodes, "hosts (copies of a <system> file)")->check(CLI::Range(0, 1 << 20));
   app.add_option("--network", f.networkFile, "file holding a <network> element");
   app.add_flag("--single-switch", f.singleSwitch, "every NIC on one non-blocking switch");
+  app.add_flag("--no-pxn", f.noPxn, "point-to-point leaves by the sender's own NIC, not its NVLink peer's on the receiver's rail");
   app.add_option("--hosts-per-leaf", f.hostsPerLeaf, "hosts under one leaf switch per rail")->check(CLI::Range(1, 1 << 20));
   app.add_option("--oversubscription", f.oversubscription, "leaf downlink:uplink bandwidth")->check(CLI::Range(1.0, 1e3));
   app.add_option("--nic-gbps", f.nicGbps, "NIC speed, Gb/s (default: the topology's)")->check(CLI::Range(0.0, 1e6));
