@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace plait::sim {
 
@@ -37,6 +38,8 @@ Result<NetworkSpec> parseNetworkSpec(const topo::XmlNode& e) {
   PLAIT_ASSIGN_OR_RETURN(double gbps, e.floatAttrIn("nic-gbps", 0, 0, 1e6));
   s.nicGBs = gbps / 8.0;
   PLAIT_ASSIGN_OR_RETURN(s.switchLatencyUs, e.floatAttrIn("switch-latency-us", s.switchLatencyUs, 0, 1e6));
+  PLAIT_ASSIGN_OR_RETURN(int64_t spines, e.intAttrIn("spines", 0, 0, 1 << 16));
+  s.spines = static_cast<int>(spines);
   const std::string pxn = e.attrOr("pxn", "1");
   if (pxn != "0" && pxn != "1") return invalidArgument("<network pxn=\"" + pxn + "\">: expected 0 or 1");
   s.pxn = pxn == "1";
@@ -50,6 +53,7 @@ std::string describeNetwork(const NetworkSpec& s) {
   } else {
     snprintf(buf, sizeof(buf), "rail-optimised fat tree, %d hosts per leaf, oversubscription %.2g:1, %.2f us per switch",
              s.hostsPerLeaf, s.oversubscription, s.switchLatencyUs);
+    if (s.spines > 0) snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), ", %d spines, ECMP by hash", s.spines);
   }
   std::string out = buf;
   if (!s.pxn) out += ", no PXN";
@@ -121,9 +125,12 @@ Result<Fabric> Fabric::build(const topo::Cluster& cluster, const std::vector<top
         double down = 0;
         for (int h = g * spec.hostsPerLeaf; h < std::min(hosts, (g + 1) * spec.hostsPerLeaf); ++h)
           if (rail < cluster.host(h).count(NodeType::kNet)) down += f.links_[f.nicBase_ + 2 * (f.nicIndex_[h] + rail)].gbs;
-        const double up = std::max(down, 1e-9) / spec.oversubscription;
-        f.links_.push_back({up, LinkClass::kSpine, -1});
-        f.links_.push_back({up, LinkClass::kSpine, -1});
+        const int perLeaf = std::max(spec.spines, 1);
+        const double up = std::max(down, 1e-9) / spec.oversubscription / perLeaf;
+        for (int sp = 0; sp < perLeaf; ++sp) {
+          f.links_.push_back({up, LinkClass::kSpine, -1});
+          f.links_.push_back({up, LinkClass::kSpine, -1});
+        }
       }
     }
   }
@@ -135,9 +142,10 @@ int Fabric::nicLink(int host, int net, bool up) const {
   return nicBase_ + 2 * (nicIndex_[host] + net) + (up ? 0 : 1);
 }
 
-int Fabric::leafLink(int rail, int group, bool up) const {
-  if (rail < 0 || rail >= rails_ || group < 0 || group >= leafGroups()) return -1;
-  return leafBase_ + 2 * (rail * groups_ + group) + (up ? 0 : 1);
+int Fabric::leafLink(int rail, int group, bool up, int spine) const {
+  if (rail < 0 || rail >= rails_ || group < 0 || group >= leafGroups() || spine < 0 || spine >= spineLinksPerLeaf())
+    return -1;
+  return leafBase_ + 2 * ((rail * groups_ + group) * spineLinksPerLeaf() + spine) + (up ? 0 : 1);
 }
 
 bool Fabric::nvlinkPeers(int host, int a, int b) const {
@@ -169,8 +177,20 @@ int Fabric::appendRoute(GpuRef a, GpuRef b, int netOut, int netIn, std::vector<i
   int switches = 1;
   const int la = leafOf(a.host, netOut), lb = leafOf(b.host, netIn);
   if (la != lb) {
-    out->push_back(leafBase_ + 2 * la);      // leaf up to the spines
-    out->push_back(leafBase_ + 2 * lb + 1);  // spines down to the other leaf
+    // The spine: all of them (ideal ECMP), or the one a hash of the flow's
+    // ends picks, as a switch's ECMP does per flow.
+    int spine = 0;
+    if (spec_.spines > 0) {
+      uint64_t key = (uint64_t(a.host) << 40) ^ (uint64_t(a.ordinal) << 32) ^ (uint64_t(b.host) << 12) ^
+                     (uint64_t(b.ordinal) << 4) ^ uint64_t(netOut * 131 + netIn);
+      key += 0x9e3779b97f4a7c15ULL;  // splitmix64
+      key = (key ^ (key >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      key = (key ^ (key >> 27)) * 0x94d049bb133111ebULL;
+      key ^= key >> 31;
+      spine = static_cast<int>(key % static_cast<uint64_t>(spec_.spines));
+    }
+    out->push_back(leafBase_ + 2 * (la * spineLinksPerLeaf() + spine));      // leaf up to the spine
+    out->push_back(leafBase_ + 2 * (lb * spineLinksPerLeaf() + spine) + 1);  // spine down to the other leaf
     switches = 3;
   }
   out->push_back(nicBase_ + 2 * (nicIndex_[b.host] + netIn) + 1);  // down to the NIC
@@ -192,9 +212,10 @@ std::string Fabric::linkName(int link) const {
     return "host " + std::to_string(h) + " NET" + std::to_string(nic - nicIndex_[h]) +
            ((link - nicBase_) % 2 == 0 ? " up" : " down");
   }
-  const int leaf = (link - leafBase_) / 2;
+  const int pair = (link - leafBase_) / 2, leaf = pair / spineLinksPerLeaf();
+  const std::string spine = spec_.spines > 0 ? " " + std::to_string(pair % spineLinksPerLeaf()) : "";
   return "leaf rail " + std::to_string(leaf / groups_) + " group " + std::to_string(leaf % groups_) +
-         ((link - leafBase_) % 2 == 0 ? " to spine" : " from spine");
+         ((link - leafBase_) % 2 == 0 ? " to spine" : " from spine") + spine;
 }
 
 }  // namespace plait::sim

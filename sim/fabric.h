@@ -6,10 +6,12 @@
 // fat tree, the layout of DGX-class clusters: NIC k of every host plugs into a
 // leaf switch of rail k, `hostsPerLeaf` hosts per leaf; leaves connect through
 // a spine layer whose bandwidth is the leaves' downlink bandwidth divided by
-// the oversubscription ratio. ECMP over the spines is taken as ideal: each
-// leaf's uplinks are one link of their total bandwidth (hashing collisions
-// are not modelled). `kSingleSwitch` puts every NIC on one non-blocking
-// switch (two hosts back to back, or a small lab).
+// the oversubscription ratio. ECMP over the spines is ideal by default (each
+// leaf's uplinks are one link of their total bandwidth); with `spines` > 0
+// each leaf has one uplink and one downlink per spine, and every flow takes
+// the spine a hash of its ends picks, so flows can collide as they do on a
+// real fabric. `kSingleSwitch` puts every NIC on one non-blocking switch
+// (two hosts back to back, or a small lab).
 //
 // Routes inside a host are the topology layer's paths (topology/paths.h), so
 // the simulator moves data where Plait's graph search assumed it would.
@@ -43,6 +45,7 @@ struct NetworkSpec {
   double oversubscription = 1.0;  // leaf downlink : uplink bandwidth (>= 1)
   double nicGBs = 0;              // per NIC port, GB/s; 0: the topology's <net speed>
   double switchLatencyUs = 0.3;   // per switch a network hop crosses
+  int spines = 0;                 // 0: ideal ECMP; else spine switches, one hashed path per flow
   // Point-to-point between hosts through the NVLink peer on the receiver's
   // rail (NCCL's PXN, on by default where GPUs share NVLink).
   bool pxn = true;
@@ -87,10 +90,11 @@ class Fabric {
   int appendRoute(GpuRef a, GpuRef b, int netOut, int netIn, std::vector<int>* out) const;
 
   // The network's links by position: host h's NET k up (to its leaf) or
-  // down; the uplink (to the spines) or downlink of leaf `group` of `rail`.
-  // -1 when the fabric has no such link.
+  // down; the uplink (to spine `spine`, or to all of them with ideal ECMP)
+  // or downlink of leaf `group` of `rail`. -1 when the fabric has no such link.
   int nicLink(int host, int net, bool up) const;
-  int leafLink(int rail, int group, bool up) const;
+  int leafLink(int rail, int group, bool up, int spine = 0) const;
+  int spineLinksPerLeaf() const { return std::max(spec_.spines, 1); }
   int rails() const { return rails_; }
   int leafGroups() const { return spec_.kind == NetworkSpec::Kind::kRailFatTree && hosts() > 1 ? groups_ : 0; }
 
@@ -110,7 +114,7 @@ class Fabric {
   std::vector<int> hostBase_;  // first link id of each host's topology links
   int nicBase_ = 0;            // 2 links (up, down) per (host, NET ordinal)
   std::vector<int> nicIndex_;  // per host: index of its NET 0 among all NICs
-  int leafBase_ = 0;           // 2 links (up, down) per leaf
+  int leafBase_ = 0;           // 2 links (up, down) per leaf and spine
   int groups_ = 1;             // leaf groups per rail
   int rails_ = 0;
   std::vector<std::vector<int>> nearestNet_;  // per distinct system, per GPU ordinal

@@ -237,3 +237,33 @@ TEST_CASE("all-to-all is refused beyond the pair-by-pair limit", "[sim][transfer
   REQUIRE_FALSE(r.isOk());
   CHECK_THAT(r.status().toString(), Catch::Contains("AlltoAll"));
 }
+
+TEST_CASE("ECMP by hash: one spine equals ideal ECMP; several let flows collide", "[sim][fabric]") {
+  auto busBw = [](int spines) {
+    NetworkSpec spec;
+    spec.hostsPerLeaf = 2;
+    spec.spines = spines;
+    auto model = ClusterModel::create(loadCluster("hgx_h100.xml", 8), spec);
+    REQUIRE(model.isOk());
+    SimOptions ring;
+    ring.algorithms = 1u << static_cast<int>(SimAlgo::kRing);
+    auto r = (*model)->simulate(CollType::kAllReduce, uint64_t(1) << 30, ring);
+    REQUIRE(r.isOk());
+    if (spines > 0) {
+      const int l = (*model)->fabric().leafLink(0, 0, true, spines - 1);
+      REQUIRE(l >= 0);
+      CHECK_THAT((*model)->fabric().linkName(l), Catch::Contains("spine " + std::to_string(spines - 1)));
+    }
+    return r->busBw;
+  };
+  const double ideal = busBw(0);
+  CHECK(busBw(1) == Approx(ideal));  // one spine of the leaves' whole uplink bandwidth is ideal ECMP
+  // Two spines, each half as wide: a ring channel that a hash puts on a
+  // spine shares it with whichever other channel lands there too.
+  CHECK(busBw(2) < ideal);
+  auto xml = topo::parseXml(R"(<network spines="16"/>)");
+  REQUIRE(xml.isOk());
+  auto spec = parseNetworkSpec(*xml);
+  REQUIRE(spec.isOk());
+  CHECK(spec->spines == 16);
+}

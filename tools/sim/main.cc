@@ -42,6 +42,7 @@ struct Flags {
   bool json = false;
   bool singleSwitch = false;
   bool noPxn = false;
+  int spines = 0;
   int hostsPerLeaf = 0;
   double oversubscription = 0, nicGbps = 0, switchLatencyUs = -1;
   bool train = false;
@@ -120,6 +121,7 @@ Result<NetworkSpec> networkFrom(const Flags& f) {
   }
   if (f.singleSwitch) spec.kind = NetworkSpec::Kind::kSingleSwitch;
   if (f.noPxn) spec.pxn = false;
+  if (f.spines > 0) spec.spines = f.spines;
   if (f.hostsPerLeaf > 0) spec.hostsPerLeaf = f.hostsPerLeaf;
   if (f.oversubscription > 0) spec.oversubscription = f.oversubscription;
   if (f.nicGbps > 0) spec.nicGBs = f.nicGbps / 8.0;
@@ -322,6 +324,8 @@ int main(int argc, char** argv) {
   app.add_option("--nodes", f.nodes, "hosts (copies of a <system> file)")->check(CLI::Range(0, 1 << 20));
   app.add_option("--network", f.networkFile, "file holding a <network> element");
   app.add_flag("--single-switch", f.singleSwitch, "every NIC on one non-blocking switch");
+  app.add_option("--spines", f.spines, "spine switches, each flow on the one its hash picks (default: ideal ECMP)")
+      ->check(CLI::Range(1, 1 << 16));
   app.add_flag("--no-pxn", f.noPxn, "point-to-point leaves by the sender's own NIC, not its NVLink peer's on the receiver's rail");
   app.add_option("--hosts-per-leaf", f.hostsPerLeaf, "hosts under one leaf switch per rail")->check(CLI::Range(1, 1 << 20));
   app.add_option("--oversubscription", f.oversubscription, "leaf downlink:uplink bandwidth")->check(CLI::Range(1.0, 1e3));

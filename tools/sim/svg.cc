@@ -137,8 +137,10 @@ std::string fabricHeatmapSvg(const std::string& title, const ClusterModel& model
     for (int g = 0; g < groups; ++g)
       for (int k = 0; k < rails; ++k)
         for (bool up : {true, false}) {
-          const int l = f.leafLink(k, g, up);
-          if (l >= 0) cell[p][hostRows + g][k] = std::max(cell[p][hostRows + g][k], v[l]);
+          for (int sp = 0; sp < f.spineLinksPerLeaf(); ++sp) {
+            const int l = f.leafLink(k, g, up, sp);
+            if (l >= 0) cell[p][hostRows + g][k] = std::max(cell[p][hostRows + g][k], v[l]);
+          }
         }
     if (scale <= 0)
       for (const auto& row : cell[p])
