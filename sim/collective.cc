@@ -45,6 +45,11 @@ void addHop(HopCounts* h, HopClass c, double n) {
 ClusterModel::~ClusterModel() = default;
 
 Result<std::unique_ptr<ClusterModel>> ClusterModel::create(topo::Cluster cluster, const NetworkSpec& network) {
+  int64_t gpus = 0;
+  for (int h = 0; h < cluster.hosts(); ++h) gpus += cluster.host(h).count(topo::NodeType::kGpu);
+  if (gpus > kMaxGpus)
+    return invalidArgument("plait-sim models up to " + std::to_string(kMaxGpus) + " GPUs; this cluster has " +
+                           std::to_string(gpus));
   std::unique_ptr<ClusterModel> m(new ClusterModel());
   m->cluster_ = std::move(cluster);
   for (const topo::TopoSystem& sys : m->cluster_.systems) m->paths_.emplace_back(sys, topo::pathOptionsFromEnv(sys));

@@ -84,7 +84,8 @@ struct Transfer {
 class ClusterModel {
  public:
   // Builds the fabric and the world communicator (every GPU). Errors from
-  // the graph search or the fabric, naming the cause.
+  // the graph search or the fabric, naming the cause; InvalidArgument beyond
+  // kMaxGpus GPUs (memory grows with GPUs × channels × hops).
   static Result<std::unique_ptr<ClusterModel>> create(topo::Cluster cluster, const NetworkSpec& network);
   ~ClusterModel();
   ClusterModel(const ClusterModel&) = delete;
@@ -107,6 +108,7 @@ class ClusterModel {
   // (n² flows).
   Result<CollectiveResult> simulateAlltoAll(uint64_t bytes) const;
   static constexpr int kMaxAlltoAllRanks = 1024;
+  static constexpr int64_t kMaxGpus = int64_t(1) << 17;
 
   Result<SimComm> communicator(const std::vector<GpuRef>& gpus) const { return makeComm(cluster_, gpus); }
   int nranks() const { return world_.nranks(); }

@@ -160,6 +160,10 @@ TEST_CASE("bad inputs are refused with a message naming them", "[sim][errors]") 
   REQUIRE_FALSE(model.isOk());
   INFO(model.status().toString());
 
+  auto huge = ClusterModel::create(loadCluster("dgx_a100.xml", ClusterModel::kMaxGpus / 8 + 1), NetworkSpec{});
+  REQUIRE_FALSE(huge.isOk());
+  CHECK_THAT(huge.status().toString(), Catch::Contains("GPUs"));
+
   auto ok = ClusterModel::create(loadCluster("dgx_a100.xml", 1), NetworkSpec{});
   REQUIRE(ok.isOk());
   auto a2a = (*ok)->simulate(CollType::kAlltoAll, 1 << 20, SimOptions{});
