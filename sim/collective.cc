@@ -226,29 +226,14 @@ Result<CollectiveResult> ClusterModel::run(const std::vector<const SimComm*>& co
   const int k = tuner.devicePlan(task, bytes, maxChannels).nChannels;
   const int steps = ringSteps(coll, n);
 
-  struct Choice {
-    SimAlgo algo;
-    Protocol proto;
-    std::vector<std::shared_ptr<const ChannelFlows>> flows;
-    std::vector<double> rate;
-    double share;
-  };
-  Choice best{};
+  FlowSet bestFlows;
+  std::vector<double> bestRate;
+  double bestShare = 0;
   bool found = false;
   for (int a = 0; a < kSimAlgoCount; ++a) {
     const SimAlgo algo = static_cast<SimAlgo>(a);
     if ((options.algorithms & (1u << a)) == 0 || (algo == SimAlgo::kTree && coll != CollType::kAllReduce)) continue;
-    std::vector<std::shared_ptr<const ChannelFlows>> flows;
-    for (const SimComm* c : comms) {
-      std::shared_ptr<const ChannelFlows>* slot = cacheable ? &worldFlows_[{a, k}] : nullptr;
-      if (slot != nullptr && *slot) {
-        flows.push_back(*slot);
-        continue;
-      }
-      auto made = std::make_shared<const ChannelFlows>(flowsFor(*c, algo, k));
-      if (slot != nullptr) *slot = made;
-      flows.push_back(std::move(made));
-    }
+    const FlowSet flows = flowSet(comms, algo, k, cacheable);
     const ChannelFlows& first = *flows[0];
     HopCounts hops = first.hops;
     // A ring link carries the channel's share times the collective's ring
@@ -264,39 +249,18 @@ Result<CollectiveResult> ClusterModel::run(const std::vector<const SimComm*>& co
     for (int p = 0; p < kProtocolCount; ++p) {
       const Protocol proto = static_cast<Protocol>(p);
       if ((options.protocols & (1u << p)) == 0 || bytes > protocolMaxBytes(proto)) continue;
-      std::vector<double> rate;
       std::vector<double>* cached = cacheable ? &worldRates_[{a, k, p}] : nullptr;
-      if (cached != nullptr && !cached->empty()) {
-        rate = *cached;
-      } else {
-        // The graph search gave each channel treeBw on its links; the
-        // channel's two trees share it, and each tree splits its threads
-        // between the reduction going up and the broadcast coming down: a
-        // quarter each (NCCL's tree model: algorithm bandwidth half the
-        // graph's total).
-        double ceiling = protocolChannelCeilingGBs(proto);
-        std::vector<Flow> all;
-        for (size_t i = 0; i < comms.size(); ++i) {
-          double own = ceiling;
-          if (algo == SimAlgo::kTree && comms[i]->graphs.comm.treeBw > 0) {
-            const double quarter = 0.25 * comms[i]->graphs.comm.treeBw;
-            own = own > 0 ? std::min(own, quarter) : quarter;
-          }
-          for (Flow f : flows[i]->flows) {
-            f.ceilingGBs = own;
-            all.push_back(std::move(f));
-          }
-        }
-        rate = maxMinRates(capacities(proto), all);
-        if (cached != nullptr) *cached = rate;
-      }
+      if (cached != nullptr && cached->empty()) *cached = channelRates(comms, flows, algo, proto);
+      std::vector<double> rate = cached != nullptr ? *cached : channelRates(comms, flows, algo, proto);
       const double slowest = *std::min_element(rate.begin(), rate.end());
       const double lat = algo == SimAlgo::kTree ? treeLatencyUs(proto, hops, netLatency)
                                                 : ringLatencyUs(proto, hops, netLatency);
       const double t = lat + share / (slowest * 1e3);
       if (found && t >= r.timeUs) continue;
       found = true;
-      best = Choice{algo, proto, flows, std::move(rate), share};
+      bestFlows = flows;
+      bestRate = std::move(rate);
+      bestShare = share;
       r.timeUs = t;
       r.latencyUs = lat;
       r.algorithm = algo;
@@ -310,22 +274,63 @@ Result<CollectiveResult> ClusterModel::run(const std::vector<const SimComm*>& co
   r.plan = std::string(simAlgoName(r.algorithm)) + " " + protocolName(r.protocol) + " " + std::to_string(k) + "ch";
   r.algBw = static_cast<double>(bytes) / r.timeUs / 1e3;
   r.busBw = r.algBw * ringBytesPerLink(coll, n);
+  fillLinkLoads(bestFlows, bestRate, bestShare, &r);
+  return r;
+}
 
-  // Where the bytes go, and how busy each link is at the chosen rates.
+ClusterModel::FlowSet ClusterModel::flowSet(const std::vector<const SimComm*>& comms, SimAlgo algo, int k,
+                                            bool cacheable) const {
+  FlowSet flows;
+  for (const SimComm* c : comms) {
+    std::shared_ptr<const ChannelFlows>* slot = cacheable ? &worldFlows_[{static_cast<int>(algo), k}] : nullptr;
+    if (slot != nullptr && *slot) {
+      flows.push_back(*slot);
+      continue;
+    }
+    auto made = std::make_shared<const ChannelFlows>(flowsFor(*c, algo, k));
+    if (slot != nullptr) *slot = made;
+    flows.push_back(std::move(made));
+  }
+  return flows;
+}
+
+std::vector<double> ClusterModel::channelRates(const std::vector<const SimComm*>& comms, const FlowSet& flows,
+                                               SimAlgo algo, Protocol proto) const {
+  // The graph search gave each channel treeBw on its links; the channel's two
+  // trees share it, and each tree splits its threads between the reduction
+  // going up and the broadcast coming down: a quarter each (NCCL's tree
+  // model: algorithm bandwidth half the graph's total).
+  const double ceiling = protocolChannelCeilingGBs(proto);
+  std::vector<Flow> all;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    double own = ceiling;
+    if (algo == SimAlgo::kTree && comms[i]->graphs.comm.treeBw > 0) {
+      const double quarter = 0.25 * comms[i]->graphs.comm.treeBw;
+      own = own > 0 ? std::min(own, quarter) : quarter;
+    }
+    for (Flow f : flows[i]->flows) {
+      f.ceilingGBs = own;
+      all.push_back(std::move(f));
+    }
+  }
+  return maxMinRates(capacities(proto), all);
+}
+
+void ClusterModel::fillLinkLoads(const FlowSet& flows, const std::vector<double>& rate, double share,
+                                 CollectiveResult* r) const {
   const std::vector<SimLink>& links = fabric_.links();
-  r.linkBytes.assign(links.size(), 0.0);
-  r.linkBusy.assign(links.size(), 0.0);
+  r->linkBytes.assign(links.size(), 0.0);
+  r->linkBusy.assign(links.size(), 0.0);
   size_t f = 0;
-  for (const auto& comm : best.flows)
+  for (const auto& comm : flows)
     for (const Flow& flow : comm->flows) {
       for (const FlowUse& u : flow.uses) {
-        r.linkBusy[u.link] += u.weight * best.rate[f];
-        r.linkBytes[u.link] += u.weight * best.share;
+        r->linkBusy[u.link] += u.weight * rate[f];
+        r->linkBytes[u.link] += u.weight * share;
       }
       ++f;
     }
-  for (size_t l = 0; l < links.size(); ++l) r.linkBusy[l] /= links[l].gbs;
-  return r;
+  for (size_t l = 0; l < links.size(); ++l) r->linkBusy[l] /= links[l].gbs;
 }
 
 CollectiveResult ClusterModel::simulateTransfers(const std::vector<Transfer>& transfers) const {

@@ -128,6 +128,14 @@ class ClusterModel {
   // a host, NET between hosts) and adds the switches it crosses to *switches.
   HopClass routeHop(GpuRef a, GpuRef b, int netOut, int netIn, std::vector<int>* route, int* switches) const;
   std::vector<double> capacities(Protocol p) const;
+  using FlowSet = std::vector<std::shared_ptr<const ChannelFlows>>;  // per communicator
+  // The channels' flows of each communicator (the world's cached).
+  FlowSet flowSet(const std::vector<const SimComm*>& comms, SimAlgo algo, int k, bool cacheable) const;
+  // Each channel's fair rate under `proto`, every communicator's at once.
+  std::vector<double> channelRates(const std::vector<const SimComm*>& comms, const FlowSet& flows, SimAlgo algo,
+                                   Protocol proto) const;
+  // r->linkBytes and r->linkBusy for channels at `rate`, each carrying `share` per link use.
+  void fillLinkLoads(const FlowSet& flows, const std::vector<double>& rate, double share, CollectiveResult* r) const;
   Result<CollectiveResult> run(const std::vector<const SimComm*>& comms, CollType coll, uint64_t bytes,
                                const SimOptions& options, bool cacheable) const;
 

@@ -120,6 +120,9 @@ Result<Fabric> Fabric::build(const topo::Cluster& cluster, const std::vector<top
   f.leafBase_ = static_cast<int>(f.links_.size());
   if (spec.kind == NetworkSpec::Kind::kRailFatTree && hosts > 1) {
     f.groups_ = (hosts + spec.hostsPerLeaf - 1) / spec.hostsPerLeaf;
+    if (static_cast<int64_t>(f.rails_) * f.groups_ * std::max(spec.spines, 1) > (int64_t(1) << 24))
+      return invalidArgument(std::to_string(f.rails_) + " rails x " + std::to_string(f.groups_) + " leaves x " +
+                             std::to_string(spec.spines) + " spines is more spine links than plait-sim models (2^24)");
     for (int rail = 0; rail < f.rails_; ++rail) {
       for (int g = 0; g < f.groups_; ++g) {
         double down = 0;

@@ -10,6 +10,60 @@
 
 namespace plait::sim {
 
+namespace {
+
+// The ring part of simulateHostRanks: `k` of the communicator's `channels`
+// rings as flows over the hosts' cores, DRAM and NICs.
+void ringOnHosts(const HostRunSpec& s, const topo::CommGraphs& graphs, CollType coll, uint64_t bytes, int k,
+                 int channels, bool oversubscribed, CollectiveResult* r) {
+  const int n = s.hosts * s.ranksPerHost;
+  // Links: a copy engine per core per host, then each host's NIC up and
+  // down, then (past the cache) each host's DRAM.
+  const int coreLinks = s.hosts * s.cores;
+  std::vector<double> capacity(coreLinks, kHostCosts.ringBytesPerUs / 1e3);
+  for (int h = 0; h < s.hosts; ++h) {
+    capacity.push_back(s.nicGBs);
+    capacity.push_back(s.nicGBs);
+  }
+  const int memBase = static_cast<int>(capacity.size());
+  const bool dram = s.memGBs > 0 && 2.0 * static_cast<double>(bytes) * s.ranksPerHost > s.cacheBytes;
+  if (dram) capacity.insert(capacity.end(), s.hosts, s.memGBs);
+  auto coreOf = [&](int rank, int c) {
+    const int local = rank % s.ranksPerHost;
+    return (rank / s.ranksPerHost) * s.cores + (local * channels + c) % s.cores;
+  };
+  std::vector<Flow> flows(k);
+  int netHops = 0;
+  for (int c = 0; c < k; ++c) {
+    const std::vector<int>& ring = graphs.rings[c];
+    for (int i = 0; i < n; ++i) {
+      const int a = ring[i], b = ring[(i + 1) % n];
+      flows[c].uses.push_back({coreOf(a, c), 1.0});
+      if (dram) flows[c].uses.push_back({memBase + a / s.ranksPerHost, 1.0});
+      if (a / s.ranksPerHost != b / s.ranksPerHost) {
+        flows[c].uses.push_back({coreLinks + 2 * (a / s.ranksPerHost), 1.0});
+        flows[c].uses.push_back({coreLinks + 2 * (b / s.ranksPerHost) + 1, 1.0});
+        if (c == 0) ++netHops;
+      }
+    }
+    mergeUses(&flows[c].uses);
+  }
+  const std::vector<double> rate = maxMinRates(capacity, flows);
+  const double slowest = *std::min_element(rate.begin(), rate.end());
+  const int steps = ringSteps(coll, n);
+  const double netSteps = static_cast<double>(steps) * netHops / n;
+  r->latencyUs = kHostCosts.callUs + (steps - netSteps) * (oversubscribed ? s.wakeUs : kHostCosts.hopUs) +
+                 netSteps * s.netHopUs;
+  r->timeUs = r->latencyUs + ringBytesPerLink(coll, n) * static_cast<double>(bytes) / k / (slowest * 1e3);
+  r->channels = k;
+  r->channelGBs = slowest;
+  r->hops.pcie = steps - netSteps;  // shared-memory hand-offs
+  r->hops.net = netSteps;
+  r->plan = "ring " + std::to_string(k) + "ch" + (dram ? " DRAM" : "");
+}
+
+}  // namespace
+
 Result<CollectiveResult> simulateHostRanks(const HostRunSpec& s, CollType coll, uint64_t bytes) {
   if (s.hosts < 1 || s.ranksPerHost < 1 || s.cores < 1)
     return invalidArgument("host ranks: hosts, ranks per host and cores must be >= 1");
@@ -53,49 +107,7 @@ Result<CollectiveResult> simulateHostRanks(const HostRunSpec& s, CollType coll, 
     r.channels = 1;
     r.plan = "oneshot";
   } else {
-    // Links: a copy engine per core per host, then each host's NIC up and down.
-    const int k = plan.nChannels;
-    const int coreLinks = s.hosts * s.cores;
-    std::vector<double> capacity(coreLinks, kHostCosts.ringBytesPerUs / 1e3);
-    for (int h = 0; h < s.hosts; ++h) {
-      capacity.push_back(s.nicGBs);
-      capacity.push_back(s.nicGBs);
-    }
-    const int memBase = static_cast<int>(capacity.size());
-    const bool dram = s.memGBs > 0 && 2.0 * static_cast<double>(bytes) * s.ranksPerHost > s.cacheBytes;
-    if (dram) capacity.insert(capacity.end(), s.hosts, s.memGBs);
-    auto coreOf = [&](int rank, int c) {
-      const int local = rank % s.ranksPerHost;
-      return (rank / s.ranksPerHost) * s.cores + (local * channels + c) % s.cores;
-    };
-    std::vector<Flow> flows(k);
-    int netHops = 0;
-    for (int c = 0; c < k; ++c) {
-      const std::vector<int>& ring = graphs.rings[c];
-      for (int i = 0; i < n; ++i) {
-        const int a = ring[i], b = ring[(i + 1) % n];
-        flows[c].uses.push_back({coreOf(a, c), 1.0});
-        if (dram) flows[c].uses.push_back({memBase + a / s.ranksPerHost, 1.0});
-        if (a / s.ranksPerHost != b / s.ranksPerHost) {
-          flows[c].uses.push_back({coreLinks + 2 * (a / s.ranksPerHost), 1.0});
-          flows[c].uses.push_back({coreLinks + 2 * (b / s.ranksPerHost) + 1, 1.0});
-          if (c == 0) ++netHops;
-        }
-      }
-      mergeUses(&flows[c].uses);
-    }
-    const std::vector<double> rate = maxMinRates(capacity, flows);
-    const double slowest = *std::min_element(rate.begin(), rate.end());
-    const int steps = ringSteps(coll, n);
-    const double netSteps = static_cast<double>(steps) * netHops / n;
-    r.latencyUs = kHostCosts.callUs + (steps - netSteps) * (oversubscribed ? s.wakeUs : kHostCosts.hopUs) +
-                  netSteps * s.netHopUs;
-    r.timeUs = r.latencyUs + ringBytesPerLink(coll, n) * static_cast<double>(bytes) / k / (slowest * 1e3);
-    r.channels = k;
-    r.channelGBs = slowest;
-    r.hops.pcie = steps - netSteps;  // shared-memory hand-offs
-    r.hops.net = netSteps;
-    r.plan = "ring " + std::to_string(k) + "ch" + (dram ? " DRAM" : "");
+    ringOnHosts(s, graphs, coll, bytes, plan.nChannels, channels, oversubscribed, &r);
   }
   r.algBw = static_cast<double>(bytes) / r.timeUs / 1e3;
   r.busBw = r.algBw * ringBytesPerLink(coll, n);

@@ -92,6 +92,30 @@ PhaseReport transferPhase(const ClusterModel& model, std::string name, std::stri
   return p;
 }
 
+// Per link and link class over the step: bytes (each phase's times its
+// calls) and the highest utilisation any phase reached.
+void summarise(const ClusterModel& model, int hottest, StepReport* report) {
+  const std::vector<SimLink>& links = model.fabric().links();
+  report->bytesByClass.assign(kLinkClassCount, 0.0);
+  report->peakByClass.assign(kLinkClassCount, 0.0);
+  report->linkBytes.assign(links.size(), 0.0);
+  CollectiveResult peak;  // per link: the step's bytes, and the highest utilisation of any phase
+  peak.linkBusy.assign(links.size(), 0.0);
+  peak.linkBytes.assign(links.size(), 0.0);
+  for (const PhaseReport& p : report->phases)
+    for (size_t l = 0; l < links.size(); ++l) {
+      const double bytes = p.result.linkBytes[l] * p.calls;
+      const int cls = static_cast<int>(links[l].cls);
+      report->linkBytes[l] += bytes;
+      report->bytesByClass[cls] += bytes;
+      peak.linkBytes[l] += bytes;
+      peak.linkBusy[l] = std::max(peak.linkBusy[l], p.result.linkBusy[l]);
+      report->peakByClass[cls] = std::max(report->peakByClass[cls], p.result.linkBusy[l]);
+    }
+  report->linkPeak = peak.linkBusy;
+  report->hottest = model.busiest(peak, hottest);
+}
+
 }  // namespace
 
 Result<StepReport> simulateStep(const ClusterModel& model, const TrainingSpec& in, int hottest) {
@@ -163,25 +187,7 @@ Result<StepReport> simulateStep(const ClusterModel& model, const TrainingSpec& i
     report.phases.push_back(std::move(phase));
   }
 
-  const std::vector<SimLink>& links = model.fabric().links();
-  report.bytesByClass.assign(kLinkClassCount, 0.0);
-  report.peakByClass.assign(kLinkClassCount, 0.0);
-  report.linkBytes.assign(links.size(), 0.0);
-  CollectiveResult peak;  // per link: the highest utilisation of any phase, and the step's bytes
-  peak.linkBusy.assign(links.size(), 0.0);
-  peak.linkBytes.assign(links.size(), 0.0);
-  for (const PhaseReport& p : report.phases)
-    for (size_t l = 0; l < links.size(); ++l) {
-      const double bytes = p.result.linkBytes[l] * p.calls;
-      const int cls = static_cast<int>(links[l].cls);
-      report.linkBytes[l] += bytes;
-      report.bytesByClass[cls] += bytes;
-      peak.linkBytes[l] += bytes;
-      peak.linkBusy[l] = std::max(peak.linkBusy[l], p.result.linkBusy[l]);
-      report.peakByClass[cls] = std::max(report.peakByClass[cls], p.result.linkBusy[l]);
-    }
-  report.linkPeak = peak.linkBusy;
-  report.hottest = model.busiest(peak, hottest);
+  summarise(model, hottest, &report);
   return report;
 }
 

@@ -164,6 +164,13 @@ TEST_CASE("bad inputs are refused with a message naming them", "[sim][errors]") 
   REQUIRE_FALSE(huge.isOk());
   CHECK_THAT(huge.status().toString(), Catch::Contains("GPUs"));
 
+  NetworkSpec manySpines;
+  manySpines.hostsPerLeaf = 1;
+  manySpines.spines = 1 << 16;
+  auto spines = ClusterModel::create(loadCluster("dgx_a100.xml", 64), manySpines);
+  REQUIRE_FALSE(spines.isOk());
+  CHECK_THAT(spines.status().toString(), Catch::Contains("spines"));
+
   auto ok = ClusterModel::create(loadCluster("dgx_a100.xml", 1), NetworkSpec{});
   REQUIRE(ok.isOk());
   auto a2a = (*ok)->simulate(CollType::kAlltoAll, 1 << 20, SimOptions{});

@@ -173,6 +173,59 @@ Status runTraining(const ClusterModel& model, const Flags& f) {
   return Status::ok();
 }
 
+// One row of nccl-tests' table (out-of-place columns), then the plan.
+void printRow(CollType coll, int n, uint64_t bytes, const CollectiveResult& r, int latencyDecimals) {
+  perf::TableRow row;
+  row.bytes = bytes;
+  row.count = bytes / 4;
+  row.type = "float";
+  row.redop = redopName(coll);
+  row.root = coll == CollType::kBroadcast || coll == CollType::kReduce ? 0 : -1;
+  row.outOfPlace = perf::makeMeasurement(bytes, r.timeUs, ringBytesPerLink(coll, n), -1);
+  std::printf("%s    # %s lat %.*f us\n", perf::formatRow(row).c_str(), r.plan.c_str(), latencyDecimals, r.latencyUs);
+}
+
+// --reference SIZE=GBPS points for the sweep picture.
+Result<std::vector<SweepPoint>> parseReferences(const std::vector<std::string>& items) {
+  std::vector<SweepPoint> out;
+  for (const std::string& item : items) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) return invalidArgument("--reference " + item + ": expected SIZE=GBPS");
+    PLAIT_ASSIGN_OR_RETURN(uint64_t bytes, parseSize(item.substr(0, eq)));
+    double gbps = 0;
+    try {
+      gbps = std::stod(item.substr(eq + 1));
+    } catch (...) {
+      return invalidArgument("--reference " + item + ": bad bandwidth");
+    }
+    out.push_back({static_cast<double>(bytes), gbps, item.substr(eq + 1) + " GB/s"});
+  }
+  return out;
+}
+
+// After the table: where the largest size's bytes went.
+void printLinkSummary(const ClusterModel& model, const CollectiveResult& last, int busiest) {
+  std::printf("# largest size: bytes by link class:");
+  const std::vector<double> byClass = bytesByClass(model, last);
+  for (int c = 0; c < kLinkClassCount; ++c)
+    if (byClass[c] > 0) std::printf(" %s %.3g", linkClassName(static_cast<LinkClass>(c)), byClass[c]);
+  std::printf("\n# busiest links:\n");
+  for (const LinkLoad& l : model.busiest(last, busiest))
+    std::printf("#   %-40s %5.1f%% busy, %.3g bytes\n", model.fabric().linkName(l.link).c_str(), 100 * l.utilisation,
+                l.bytes);
+}
+
+nlohmann::json linkSummaryJson(const ClusterModel& model, const CollectiveResult& last, int busiest) {
+  nlohmann::json links = nlohmann::json::array();
+  for (const LinkLoad& l : model.busiest(last, busiest))
+    links.push_back({{"link", model.fabric().linkName(l.link)}, {"utilisation", l.utilisation}, {"bytes", l.bytes}});
+  nlohmann::json classes = nlohmann::json::object();
+  const std::vector<double> byClass = bytesByClass(model, last);
+  for (int c = 0; c < kLinkClassCount; ++c)
+    if (byClass[c] > 0) classes[linkClassName(static_cast<LinkClass>(c))] = byClass[c];
+  return {{"busiest_links", links}, {"bytes_by_class", classes}};
+}
+
 // Host ranks on CPU hosts like this one (sim/host.h), nccl-tests' table.
 Status runHostRanks(const Flags& f, CollType coll, uint64_t minBytes, uint64_t maxBytes) {
   HostRunSpec spec = f.host;
@@ -184,14 +237,7 @@ Status runHostRanks(const Flags& f, CollType coll, uint64_t minBytes, uint64_t m
   perf::printTableHeader(stdout);
   for (uint64_t bytes = std::max<uint64_t>(minBytes, 4); bytes <= maxBytes; bytes *= std::max(f.factor, 2)) {
     PLAIT_ASSIGN_OR_RETURN(CollectiveResult r, simulateHostRanks(spec, coll, bytes));
-    perf::TableRow row;
-    row.bytes = bytes;
-    row.count = bytes / 4;
-    row.type = "float";
-    row.redop = redopName(coll);
-    row.root = coll == CollType::kBroadcast || coll == CollType::kReduce ? 0 : -1;
-    row.outOfPlace = perf::makeMeasurement(bytes, r.timeUs, ringBytesPerLink(coll, n), -1);
-    std::printf("%s    # %s lat %.2f us\n", perf::formatRow(row).c_str(), r.plan.c_str(), r.latencyUs);
+    printRow(coll, n, bytes, r, 2);
   }
   return Status::ok();
 }
@@ -222,19 +268,7 @@ Status run(const Flags& f) {
                 model->world().graphs.comm.ringBw, describeNetwork(network).c_str());
     perf::printTableHeader(stdout);
   }
-  std::vector<SweepPoint> reference;
-  for (const std::string& item : f.reference) {
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos) return invalidArgument("--reference " + item + ": expected SIZE=GBPS");
-    PLAIT_ASSIGN_OR_RETURN(uint64_t refBytes, parseSize(item.substr(0, eq)));
-    double gbps = 0;
-    try {
-      gbps = std::stod(item.substr(eq + 1));
-    } catch (...) {
-      return invalidArgument("--reference " + item + ": bad bandwidth");
-    }
-    reference.push_back({static_cast<double>(refBytes), gbps, item.substr(eq + 1) + " GB/s"});
-  }
+  PLAIT_ASSIGN_OR_RETURN(std::vector<SweepPoint> reference, parseReferences(f.reference));
   std::vector<SweepPoint> points;
   CollectiveResult last;
   double busSum = 0;
@@ -261,14 +295,7 @@ Status run(const Flags& f) {
                       {"channel_gbs", last.channelGBs}});
       continue;
     }
-    perf::TableRow row;
-    row.bytes = bytes;
-    row.count = bytes / 4;
-    row.type = "float";
-    row.redop = redopName(coll);
-    row.root = coll == CollType::kBroadcast || coll == CollType::kReduce ? 0 : -1;
-    row.outOfPlace = perf::makeMeasurement(bytes, last.timeUs, ringBytesPerLink(coll, n), -1);
-    std::printf("%s    # %s lat %.1f us\n", perf::formatRow(row).c_str(), last.plan.c_str(), last.latencyUs);
+    printRow(coll, n, bytes, last, 1);
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!f.svg.empty()) {
@@ -278,29 +305,14 @@ Status run(const Flags& f) {
     PLAIT_RETURN_IF_ERROR(writeFile(f.svg, sweepSvg(title, points, reference)));
   }
   if (f.json) {
-    nlohmann::json links = nlohmann::json::array();
-    for (const LinkLoad& l : model->busiest(last, f.busiest))
-      links.push_back({{"link", model->fabric().linkName(l.link)}, {"utilisation", l.utilisation}, {"bytes", l.bytes}});
-    nlohmann::json classes = nlohmann::json::object();
-    const std::vector<double> byClass = bytesByClass(*model, last);
-    for (int c = 0; c < kLinkClassCount; ++c)
-      if (byClass[c] > 0) classes[linkClassName(static_cast<LinkClass>(c))] = byClass[c];
     nlohmann::json out = {{"program", "plait-sim"}, {"collective", f.op}, {"nranks", n},
                           {"hosts", model->cluster().hosts()}, {"rows", rows},
-                          {"largest", {{"busiest_links", links}, {"bytes_by_class", classes}}},
-                          {"simulation_ms", ms}};
+                          {"largest", linkSummaryJson(*model, last, f.busiest)}, {"simulation_ms", ms}};
     std::printf("%s\n", out.dump(2).c_str());
     return Status::ok();
   }
   std::printf("# Avg bus bandwidth    : %g \n#\n", count > 0 ? busSum / count : 0);
-  std::printf("# largest size: bytes by link class:");
-  const std::vector<double> byClass = bytesByClass(*model, last);
-  for (int c = 0; c < kLinkClassCount; ++c)
-    if (byClass[c] > 0) std::printf(" %s %.3g", linkClassName(static_cast<LinkClass>(c)), byClass[c]);
-  std::printf("\n# busiest links:\n");
-  for (const LinkLoad& l : model->busiest(last, f.busiest))
-    std::printf("#   %-40s %5.1f%% busy, %.3g bytes\n", model->fabric().linkName(l.link).c_str(), 100 * l.utilisation,
-                l.bytes);
+  printLinkSummary(*model, last, f.busiest);
   std::printf("# simulated in %.1f ms\n", ms);
   return Status::ok();
 }
