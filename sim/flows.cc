@@ -53,15 +53,20 @@ std::vector<double> maxMinRates(const std::vector<double>& capacity, const std::
     for (int l : used) left[l] -= inc * weight[l];
     for (size_t f = 0; f < flows.size(); ++f)
       if (!frozen[f]) rate[f] += inc;
-    // Freeze the flows at a full link or at their ceiling.
-    for (size_t f = 0; f < flows.size(); ++f) {
-      if (frozen[f]) continue;
-      bool stop = flows[f].ceilingGBs > 0 && rate[f] >= flows[f].ceilingGBs * (1 - 1e-12);
-      for (const FlowUse& u : flows[f].uses) stop = stop || left[u.link] <= capacity[u.link] * 1e-12;
-      if (!stop) continue;
-      frozen[f] = 1;
-      --unfrozen;
-      for (const FlowUse& u : flows[f].uses) weight[u.link] -= u.weight;
+    // Freeze the flows at a full link or at their ceiling. The increase
+    // filled some link or ceiling, so a round freezes a flow; should rounding
+    // leave every margin a hair above its threshold, the round freezes all.
+    const size_t before = unfrozen;
+    for (int pass = 0; pass < 2 && unfrozen == before; ++pass) {
+      for (size_t f = 0; f < flows.size(); ++f) {
+        if (frozen[f]) continue;
+        bool stop = pass == 1 || (flows[f].ceilingGBs > 0 && rate[f] >= flows[f].ceilingGBs * (1 - 1e-12));
+        for (const FlowUse& u : flows[f].uses) stop = stop || left[u.link] <= capacity[u.link] * 1e-12;
+        if (!stop) continue;
+        frozen[f] = 1;
+        --unfrozen;
+        for (const FlowUse& u : flows[f].uses) weight[u.link] -= u.weight;
+      }
     }
     for (int l : used)
       if (weight[l] < 1e-12) weight[l] = 0;

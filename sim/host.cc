@@ -79,7 +79,7 @@ Result<CollectiveResult> simulateHostRanks(const HostRunSpec& s, CollType coll, 
     return r;
   }
   // What the communicator would connect and plan (src/core/comm.cc).
-  const int channels = std::clamp(s.cores / s.ranksPerHost, 1, 4);
+  const int channels = defaultHostChannels(s.cores, s.ranksPerHost);
   std::vector<topo::RankPlacement> placements;
   for (int rank = 0; rank < n; ++rank)
     placements.push_back({rank, 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(rank / s.ranksPerHost + 1), 0,
@@ -90,10 +90,10 @@ Result<CollectiveResult> simulateHostRanks(const HostRunSpec& s, CollType coll, 
   ti.nLocalRanks = s.ranksPerHost;
   ti.nHosts = s.hosts;
   ti.nChannels = channels;
-  ti.ringStepBytes = 128 << 10;  // PLAIT_SHM_STEP_BYTES, PLAIT_SHM_STEPS, PLAIT_SHM_MESH_STEP_BYTES
-  ti.ringSteps = 8;
-  const bool mesh = s.ranksPerHost <= 16;
-  ti.meshStepBytes = mesh ? 32 << 10 : 0;
+  ti.ringStepBytes = kHostShmDefaults.ringStepBytes;
+  ti.ringSteps = kHostShmDefaults.ringSteps;
+  const bool mesh = s.ranksPerHost <= kHostShmDefaults.meshMaxRanks;
+  ti.meshStepBytes = mesh ? kHostShmDefaults.meshStepBytes : 0;
   ti.lineMaxBytes = mesh ? kLineMaxMessageBytes : 0;
   ti.fullMesh = mesh && s.hosts == 1;
   const Tuner tuner(ti);

@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "base/shm.h"
 #include "base/wait.h"
+#include "core/cost_model.h"
 #include "core/status_report.h"
 #include "topology/topology.h"
 
@@ -24,14 +25,16 @@ namespace {
 
 PLAIT_PARAM_INT(kInitTimeout, "INIT_TIMEOUT", 300, "seconds communicator creation may wait for all ranks");
 PLAIT_PARAM_INT(kNChannels, "NCHANNELS", 0, "channels per communicator (0: one per spare core, at most 4)");
-PLAIT_PARAM_INT(kRingStepBytes, "SHM_STEP_BYTES", 128 << 10, "bytes per shared-memory ring FIFO step");
-PLAIT_PARAM_INT(kRingSteps, "SHM_STEPS", 8, "steps per shared-memory ring FIFO");
-PLAIT_PARAM_INT(kMeshStepBytes, "SHM_MESH_STEP_BYTES", 32 << 10,
+PLAIT_PARAM_INT(kRingStepBytes, "SHM_STEP_BYTES", kHostShmDefaults.ringStepBytes,
+                "bytes per shared-memory ring FIFO step");
+PLAIT_PARAM_INT(kRingSteps, "SHM_STEPS", kHostShmDefaults.ringSteps, "steps per shared-memory ring FIFO");
+PLAIT_PARAM_INT(kMeshStepBytes, "SHM_MESH_STEP_BYTES", kHostShmDefaults.meshStepBytes,
                 "bytes per step of the all-pairs FIFOs (bounds the one-shot all-reduce)");
 PLAIT_PARAM_INT(kMeshSteps, "SHM_MESH_STEPS", 4, "steps per all-pairs FIFO");
 PLAIT_PARAM_INT(kP2pStepBytes, "SHM_P2P_STEP_BYTES", 64 << 10, "bytes per step of the point-to-point FIFOs");
 PLAIT_PARAM_INT(kP2pSteps, "SHM_P2P_STEPS", 8, "steps per point-to-point FIFO");
-PLAIT_PARAM_INT(kMeshMaxRanks, "SHM_MESH_MAX_RANKS", 16, "largest number of local ranks connected all to all");
+PLAIT_PARAM_INT(kMeshMaxRanks, "SHM_MESH_MAX_RANKS", kHostShmDefaults.meshMaxRanks,
+                "largest number of local ranks connected all to all");
 
 // Off by default: on this project's VM process_vm_readv copies at 1.5-5.6
 // GB/s where memcpy does 6-54 (page walks under virtualisation), so the
@@ -143,7 +146,7 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
   for (int r = 0; r < nranks_; ++r)
     if (bootstrap_->peer(r).hostHash == bootstrap_->peer(rank_).hostHash) local.push_back(r);
   int want = static_cast<int>(kNChannels.get());
-  if (want <= 0) want = std::clamp(usableCores() / static_cast<int>(local.size()), 1, 4);
+  if (want <= 0) want = defaultHostChannels(usableCores(), static_cast<int>(local.size()));
   if (options.maxChannels > 0) want = std::min(want, options.maxChannels);
   // Every rank must run the same reproducible mode (its collectives take
   // other paths): a difference fails init on every rank alike.

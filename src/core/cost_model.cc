@@ -1,6 +1,7 @@
 // cost_model.cc — see cost_model.h.
 #include "core/cost_model.h"
 
+#include <algorithm>
 #include <array>
 
 namespace plait {
@@ -25,6 +26,10 @@ constexpr std::array<std::array<double, kProtocolCount>, kHopClassCount> kHopUs{
 constexpr std::array<double, kHopClassCount> kSimpleEfficiency{0.965, 0.96, 0.92};
 
 }  // namespace
+
+int defaultHostChannels(int cores, int localRanks) {
+  return std::clamp(cores / std::max(localRanks, 1), 1, 4);
+}
 
 const char* protocolName(Protocol p) {
   switch (p) {

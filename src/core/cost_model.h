@@ -56,6 +56,21 @@ struct HostCosts {
 };
 inline constexpr HostCosts kHostCosts{};
 
+// The communicator's host defaults (src/core/comm.cc's tunables start from
+// these; plait-sim's host mode plans with them): shared-memory FIFO shapes,
+// and how many channels a host's ranks get.
+struct HostShmDefaults {
+  int ringStepBytes = 128 << 10;  // PLAIT_SHM_STEP_BYTES
+  int ringSteps = 8;              // PLAIT_SHM_STEPS
+  int meshStepBytes = 32 << 10;   // PLAIT_SHM_MESH_STEP_BYTES
+  int meshMaxRanks = 16;          // PLAIT_SHM_MESH_MAX_RANKS
+};
+inline constexpr HostShmDefaults kHostShmDefaults{};
+
+// Channels when PLAIT_NCHANNELS is unset: one per core each local rank can
+// have to itself, 1 to 4.
+int defaultHostChannels(int cores, int localRanks);
+
 // Steps on a ring collective's critical path: AllReduce 2(n-1) (a
 // reduce-scatter, then an all-gather); AllGather, ReduceScatter, Broadcast
 // and Reduce n-1 (Broadcast and Reduce are chains); AlltoAll, Gather and

@@ -24,6 +24,18 @@ topo::Cluster loadCluster(const std::string& name, int hosts) {
   return std::move(c).value();
 }
 
+// 8 HGX H100 hosts, two per leaf, on `spec`: a model and its 1 GiB ring AllReduce.
+std::pair<std::unique_ptr<ClusterModel>, CollectiveResult> ringAllReduceOn8H100(NetworkSpec spec) {
+  spec.hostsPerLeaf = 2;
+  auto model = ClusterModel::create(loadCluster("hgx_h100.xml", 8), spec);
+  REQUIRE(model.isOk());
+  SimOptions ring;
+  ring.algorithms = 1u << static_cast<int>(SimAlgo::kRing);
+  auto r = (*model)->simulate(CollType::kAllReduce, uint64_t(1) << 30, ring);
+  REQUIRE(r.isOk());
+  return {std::move(model).value(), *r};
+}
+
 Flow flowOver(std::initializer_list<int> links, double ceiling = 0) {
   Flow f;
   for (int l : links) f.uses.push_back({l, 1.0});
@@ -115,15 +127,8 @@ TEST_CASE("routes between hosts go up the NIC, over the spine only between leave
 TEST_CASE("oversubscribed spines slow a collective that crosses them", "[sim][fabric]") {
   auto atRatio = [](double ratio) {
     NetworkSpec spec;
-    spec.hostsPerLeaf = 2;
     spec.oversubscription = ratio;
-    auto model = ClusterModel::create(loadCluster("hgx_h100.xml", 8), spec);
-    REQUIRE(model.isOk());
-    SimOptions o;
-    o.algorithms = 1u << static_cast<int>(SimAlgo::kRing);
-    auto r = (*model)->simulate(CollType::kAllReduce, uint64_t(1) << 30, o);
-    REQUIRE(r.isOk());
-    return r->busBw;
+    return ringAllReduceOn8H100(spec).second.busBw;
   };
   const double full = atRatio(1), quarter = atRatio(4);
   // A ring crosses each leaf's uplink once per channel: at 4:1 the uplink of
@@ -252,20 +257,14 @@ TEST_CASE("all-to-all is refused beyond the pair-by-pair limit", "[sim][transfer
 TEST_CASE("ECMP by hash: one spine equals ideal ECMP; several let flows collide", "[sim][fabric]") {
   auto busBw = [](int spines) {
     NetworkSpec spec;
-    spec.hostsPerLeaf = 2;
     spec.spines = spines;
-    auto model = ClusterModel::create(loadCluster("hgx_h100.xml", 8), spec);
-    REQUIRE(model.isOk());
-    SimOptions ring;
-    ring.algorithms = 1u << static_cast<int>(SimAlgo::kRing);
-    auto r = (*model)->simulate(CollType::kAllReduce, uint64_t(1) << 30, ring);
-    REQUIRE(r.isOk());
+    const auto [model, r] = ringAllReduceOn8H100(spec);
     if (spines > 0) {
-      const int l = (*model)->fabric().leafLink(0, 0, true, spines - 1);
+      const int l = model->fabric().leafLink(0, 0, true, spines - 1);
       REQUIRE(l >= 0);
-      CHECK_THAT((*model)->fabric().linkName(l), Catch::Contains("spine " + std::to_string(spines - 1)));
+      CHECK_THAT(model->fabric().linkName(l), Catch::Contains("spine " + std::to_string(spines - 1)));
     }
-    return r->busBw;
+    return r.busBw;
   };
   const double ideal = busBw(0);
   CHECK(busBw(1) == Approx(ideal));  // one spine of the leaves' whole uplink bandwidth is ideal ECMP
