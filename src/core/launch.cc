@@ -324,8 +324,9 @@ Status expandRanges(std::string_view body, std::vector<std::string>* values) {
     ranges.push_back({low, high, lowText.size()});
   }
   for (const Range& r : ranges) {
-    for (int64_t v = r.low; v <= r.high; ++v) {
-      std::string digits = std::to_string(v);
+    // Counted, not `v <= high; ++v`: high may be INT64_MAX (found by fuzz_env).
+    for (int64_t i = 0; i <= r.high - r.low; ++i) {
+      std::string digits = std::to_string(r.low + i);
       if (digits.size() < r.width) digits.insert(0, r.width - digits.size(), '0');
       values->push_back(std::move(digits));
     }
