@@ -203,6 +203,15 @@ Result<SharedSegment> SharedSegment::open(const std::string& name, size_t bytes)
   return SharedSegment(name, data, bytes, /*creator=*/false);
 }
 
+bool SharedSegment::exists(const std::string& name) {
+  int fd = shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd >= 0) {
+    ::close(fd);
+    return true;
+  }
+  return errno != ENOENT;
+}
+
 Status SharedSegment::unlink() {
   if (name_.empty()) return Status::ok();
   linked_ = false;

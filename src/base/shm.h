@@ -51,6 +51,11 @@ class SharedSegment {
   // never unlinks the name in its destructor.
   static Result<SharedSegment> open(const std::string& name, size_t bytes);
 
+  // False when no segment of this name exists (its creator unlinked it or
+  // exited after cleaning up); true otherwise, including when it exists but
+  // cannot be opened. Blocks only on the system calls. Thread-safe.
+  static bool exists(const std::string& name);
+
   // The name to pass to open(), with its leading '/': "/plait-1234-4026531836-9f3a...".
   const std::string& name() const { return name_; }
   void* data() const { return data_; }

@@ -117,6 +117,7 @@ Status Communicator::init(const ncclUniqueId& id, const CommOptions& options) {
   if (abortFlag_.load(std::memory_order_acquire) != 0) abortParts();
   if (s.isOk()) registerForStatusReports(this);
   if (!s.isOk()) {
+    initFailed_ = true;
     abort();
     // A peer that died makes its neighbours fail with "connection closed";
     // name the dead (of the parent too: a split's new root may be the one).
@@ -354,6 +355,11 @@ Communicator::~Communicator() {
   // here must not leave them in /dev/shm.
   for (const PeerProcess& p : localPeerProcesses())
     if (p.pid > 0 && !processAlive(p.pid)) cleanupSegmentsOf(p.pid);
+  // A rank killed just after its own bootstrap finished may have created
+  // segments while this rank's bootstrap failed, so its pid is unknown here:
+  // after a failed init, sweep every dead creator's segments of this pid
+  // namespace (live creators' are never touched).
+  if (initFailed_) cleanupStaleSegments();
   bootstrap_.reset();
 }
 

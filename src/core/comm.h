@@ -263,6 +263,7 @@ class Communicator {
   uint32_t shrinks_ = 0;  // shrinks started, counted alike on the survivors (tags their messages)
   std::mutex partsMu_;       // orders abort() against init() assigning the parts below
   bool initRunning_ = false;
+  bool initFailed_ = false;  // set by init(): the destructor then sweeps dead ranks' segments it cannot name
   int64_t timeoutMs_ = 0;
   uint64_t opCount_ = 0;
   std::unique_ptr<Bootstrap> bootstrap_;

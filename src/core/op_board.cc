@@ -55,8 +55,18 @@ Result<std::unique_ptr<OpBoard>> OpBoard::create(Bootstrap& bootstrap, const std
     if (alone || peer == board->rank_) continue;
     const std::string name(&names[kNameBytes * peer], strnlen(&names[kNameBytes * peer], kNameBytes));
     auto seg = SharedSegment::open(name, kSegmentBytes);
-    if (!seg.isOk())
+    if (!seg.isOk()) {
+      // Every rank keeps its board's name until the barrier below, so a
+      // missing one means its owner already left initialisation (it failed
+      // and cleaned up, or was killed and its segment swept): a remote
+      // failure, which init completes with the names of the dead.
+      if (!SharedSegment::exists(name))
+        return Status(Code::kRemoteError, "rank " + std::to_string(peer) + " (pid " +
+                                              std::to_string(bootstrap.peer(peer).pid) +
+                                              ") removed its operation board before every rank had mapped it: it "
+                                              "left initialisation (failed, aborted or died)");
       return seg.takeStatus().withContext("mapping the operation board of rank " + std::to_string(peer));
+    }
     board->peers_.push_back(std::move(seg).value());
     board->peerLines_.emplace_back(peer, static_cast<const Line*>(board->peers_.back().data()));
   }

@@ -141,6 +141,12 @@ TEST_CASE("cleanupStaleSegments removes a dead creator's segment and keeps live 
   cleanupStaleSegments();  // the count may be 0 if a concurrent process cleaned up first
   CHECK_FALSE(existsInDevShm(stale));
   CHECK(existsInDevShm(mine->name()));
+  // exists() is what the operation board asks when a peer's board cannot be
+  // opened: gone (its owner left) versus present but unopenable.
+  CHECK_FALSE(SharedSegment::exists(stale));
+  CHECK(SharedSegment::exists(mine->name()));
+  REQUIRE(mine->unlink().isOk());
+  CHECK_FALSE(SharedSegment::exists(mine->name()));
 }
 
 }  // namespace plait
