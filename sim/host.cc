@@ -20,7 +20,7 @@ void ringOnHosts(const HostRunSpec& s, const topo::CommGraphs& graphs, CollType 
   // Links: a copy engine per core per host, then each host's NIC up and
   // down, then (past the cache) each host's DRAM.
   const int coreLinks = s.hosts * s.cores;
-  std::vector<double> capacity(coreLinks, kHostCosts.ringBytesPerUs / 1e3);
+  std::vector<double> capacity(coreLinks, s.costs.ringBytesPerUs / 1e3);
   for (int h = 0; h < s.hosts; ++h) {
     capacity.push_back(s.nicGBs);
     capacity.push_back(s.nicGBs);
@@ -52,7 +52,7 @@ void ringOnHosts(const HostRunSpec& s, const topo::CommGraphs& graphs, CollType 
   const double slowest = *std::min_element(rate.begin(), rate.end());
   const int steps = ringSteps(coll, n);
   const double netSteps = static_cast<double>(steps) * netHops / n;
-  r->latencyUs = kHostCosts.callUs + (steps - netSteps) * (oversubscribed ? s.wakeUs : kHostCosts.hopUs) +
+  r->latencyUs = s.costs.callUs + (steps - netSteps) * (oversubscribed ? s.wakeUs : s.costs.hopUs) +
                  netSteps * s.netHopUs;
   r->timeUs = r->latencyUs + ringBytesPerLink(coll, n) * static_cast<double>(bytes) / k / (slowest * 1e3);
   r->channels = k;
@@ -75,7 +75,7 @@ Result<CollectiveResult> simulateHostRanks(const HostRunSpec& s, CollType coll, 
   CollectiveResult r;
   r.protocol = Protocol::kSimple;
   if (n == 1 || bytes == 0) {
-    r.latencyUs = r.timeUs = kHostCosts.callUs;
+    r.latencyUs = r.timeUs = s.costs.callUs;
     return r;
   }
   // What the communicator would connect and plan (src/core/comm.cc).
@@ -96,13 +96,14 @@ Result<CollectiveResult> simulateHostRanks(const HostRunSpec& s, CollType coll, 
   ti.meshStepBytes = mesh ? kHostShmDefaults.meshStepBytes : 0;
   ti.lineMaxBytes = mesh ? kLineMaxMessageBytes : 0;
   ti.fullMesh = mesh && s.hosts == 1;
+  ti.costs = s.costs;
   const Tuner tuner(ti);
   Task task;
   task.coll = coll;
   const Plan plan = tuner.plan(task, bytes);
   const bool oversubscribed = s.ranksPerHost * channels > s.cores;
   if (plan.algo == Algorithm::kOneShot) {  // in cache, all pairs at once: the tuner's own figure
-    r.timeUs = plan.predictedUs + (oversubscribed ? s.wakeUs - kHostCosts.hopUs : 0);
+    r.timeUs = plan.predictedUs + (oversubscribed ? s.wakeUs - s.costs.hopUs : 0);
     r.latencyUs = r.timeUs;
     r.channels = 1;
     r.plan = "oneshot";

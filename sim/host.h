@@ -5,19 +5,21 @@
 // The model is the library's own: the rings topo::buildHostGraphs builds,
 // the channel count the communicator picks (cores / local ranks, 1..4), the
 // host tuner's plan (core/tuner.h: one-shot or ring, channels per size) and
-// its host costs (core/cost_model.h kHostCosts). The flow part: a channel
+// its host costs (core/cost_model.h kHostCosts, or a machine's calibration:
+// core/host_costs.h). The flow part: a channel
 // is one thread per rank, placed round-robin on the host's cores; a ring
 // channel is one flow through every thread it runs on (each moves the
 // channel's bytes once: a fused receive-reduce-send) at most
-// kHostCosts.ringBytesPerUs per core, threads on one core sharing it, and
+// costs.ringBytesPerUs per core, threads on one core sharing it, and
 // through each host's NIC where the ring leaves and enters it.
-// Latency: the plan's call cost plus, per step, a hand-off (kHostCosts.hopUs
+// Latency: the plan's call cost plus, per step, a hand-off (costs.hopUs
 // while every thread has a core of its own, `wakeUs` when threads outnumber
 // cores: a hand-off then waits for a wake-up) or, across hosts, `netHopUs`.
 #pragma once
 
 #include <cstdint>
 
+#include "core/cost_model.h"
 #include "core/task.h"
 #include "plait/status.hpp"
 #include "sim/collective.h"
@@ -37,6 +39,7 @@ struct HostRunSpec {
   // 0: not modelled (every size in cache).
   double memGBs = 0;
   double cacheBytes = 0;
+  HostCosts costs = kHostCosts;  // the tuner's and the cores' figures (plait-sim --host-costs FILE)
 };
 
 // AllReduce, AllGather, ReduceScatter, Broadcast or Reduce on host ranks.

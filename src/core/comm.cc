@@ -17,6 +17,7 @@
 #include "base/shm.h"
 #include "base/wait.h"
 #include "core/cost_model.h"
+#include "core/host_costs.h"
 #include "core/status_report.h"
 #include "topology/topology.h"
 
@@ -152,13 +153,27 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
   // Every rank must run the same reproducible mode (its collectives take
   // other paths): a difference fails init on every rank alike.
   PLAIT_ASSIGN_OR_RETURN(reproducible_, reproducibleMode());
+  // The host cost model (PLAIT_HOST_COSTS, core/host_costs.h): every rank
+  // must plan alike, so all take rank 0's.
+  std::string costsFile;
+  PLAIT_ASSIGN_OR_RETURN(HostCosts costs, hostCostsFromEnvironment(&costsFile));
   struct Wants {
     int32_t channels;
     int32_t reproducible;
+    HostCosts costs;  // four doubles: no padding goes over the wire
   };
-  std::vector<Wants> wants(nranks_, Wants{0, 0});
-  wants[rank_] = Wants{want, reproducible_};
+  static_assert(sizeof(Wants) == 2 * sizeof(int32_t) + 4 * sizeof(double));
+  std::vector<Wants> wants(nranks_, Wants{0, 0, HostCosts{}});
+  wants[rank_] = Wants{want, reproducible_, costs};
   PLAIT_RETURN_IF_ERROR(bootstrap_->allGather(wants.data(), sizeof(Wants), deadline));
+  hostCosts_ = wants[0].costs;
+  if (std::memcmp(&costs, &hostCosts_, sizeof costs) != 0)
+    PLAIT_WARN(kInit, "rank %d: its host costs (%s) differ from rank 0's; every rank plans with rank 0's",
+               rank_, costsFile.empty() ? "the defaults" : costsFile.c_str());
+  else if (!costsFile.empty())
+    PLAIT_INFO(kInit, "rank %d: host costs from %s: call %.3g us, hop %.3g us, ring %.4g B/us per channel, "
+               "one-shot %.4g B/us", rank_, costsFile.c_str(), costs.callUs, costs.hopUs, costs.ringBytesPerUs,
+               costs.oneShotBytesPerUs);
   int nChannels = want;
   for (int r = 0; r < nranks_; ++r) {
     nChannels = std::min(nChannels, static_cast<int>(wants[r].channels));
@@ -286,6 +301,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   ti.meshStepBytes = mesh ? so.mesh.stepBytes : 0;
   ti.lineMaxBytes = mesh ? kLineMaxMessageBytes : 0;
   ti.fullMesh = mesh && ti.nLocalRanks == nranks_;
+  ti.costs = hostCosts_;
   tuner_ = std::make_unique<Tuner>(ti);
   scratch_.resize(so.mesh.stepBytes);
   oneShotInputs_.resize(nranks_);

@@ -270,6 +270,7 @@ class Communicator {
   std::unique_ptr<NetTransport> net_;  // edges to other hosts; null when all ranks share one
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<Tuner> tuner_;
+  HostCosts hostCosts_;  // rank 0's PLAIT_HOST_COSTS (or the defaults), agreed at init
   std::unique_ptr<ChannelWorkers> workers_;
   std::unique_ptr<DirectPath> direct_;
   std::unique_ptr<OpBoard> board_;  // null without local peers

@@ -18,12 +18,6 @@ PLAIT_PARAM_INT(kChunkBytes, "CHUNK_BYTES", 0, "bytes per rank per ring loop (0:
 PLAIT_PARAM_INT(kNtThreshold, "NT_STORE_THRESHOLD", 32 << 20,
                 "message bytes above which outputs are written with non-temporal stores");
 
-// Host shared-memory model (core/cost_model.h).
-constexpr double kHopUs = kHostCosts.hopUs;
-constexpr double kCallUs = kHostCosts.callUs;
-constexpr double kOneShotBytesPerUs = kHostCosts.oneShotBytesPerUs;
-constexpr double kRingBytesPerUs = kHostCosts.ringBytesPerUs;
-
 }  // namespace
 
 const char* algorithmName(Algorithm algo) {
@@ -56,7 +50,8 @@ Tuner::Tuner(const TunerInputs& inputs) : in_(inputs) {
 }
 
 double Tuner::oneShotUs(size_t bytes) const {
-  return kCallUs + kHopUs + static_cast<double>(bytes) * in_.nranks / kOneShotBytesPerUs;
+  const HostCosts& c = in_.costs;
+  return c.callUs + c.hopUs + static_cast<double>(bytes) * in_.nranks / c.oneShotBytesPerUs;
 }
 
 // Bytes each link carries and hand-offs on the critical path, per
@@ -64,8 +59,9 @@ double Tuner::oneShotUs(size_t bytes) const {
 // all-gather; Broadcast and Reduce are chains that carry the whole buffer once.
 double Tuner::ringUs(CollType coll, size_t bytes, int nChannels) const {
   const int n = in_.nranks;
-  return kCallUs + ringSteps(coll, n) * kHopUs +
-         ringBytesPerLink(coll, n) * static_cast<double>(bytes) / (kRingBytesPerUs * nChannels);
+  const HostCosts& c = in_.costs;
+  return c.callUs + ringSteps(coll, n) * c.hopUs +
+         ringBytesPerLink(coll, n) * static_cast<double>(bytes) / (c.ringBytesPerUs * nChannels);
 }
 
 void Tuner::fillRingSlicing(size_t bytes, Plan* plan) const {
@@ -92,7 +88,7 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
   Plan plan;
   if (in_.nranks == 1) {
     plan.algo = Algorithm::kCopy;
-    plan.predictedUs = kCallUs + static_cast<double>(bytes) / kOneShotBytesPerUs;
+    plan.predictedUs = in_.costs.callUs + static_cast<double>(bytes) / in_.costs.oneShotBytesPerUs;
     return plan;
   }
   const bool oneShotFits = in_.fullMesh && bytes <= std::max(in_.meshStepBytes, in_.lineMaxBytes) &&
@@ -158,7 +154,7 @@ Plan Tuner::devicePlan(const Task& task, size_t bytes, int maxChannels) const {
   const int n = in_.nranks;
   const HopCounts hops = ringHops(ringSteps(task.coll, n), n, in_.nHosts > 1 ? in_.nHosts : 0, HopClass::kNvlink);
   plan.predictedUs = ringLatencyUs(Protocol::kSimple, hops) + ringUs(task.coll, bytes, plan.nChannels) -
-                     kCallUs - ringSteps(task.coll, n) * kHopUs;
+                     in_.costs.callUs - ringSteps(task.coll, n) * in_.costs.hopUs;
   fillRingSlicing(bytes, &plan);
   return plan;
 }

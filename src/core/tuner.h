@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <string>
 
+#include "core/cost_model.h"
 #include "core/task.h"
 
 namespace plait {
@@ -45,6 +46,7 @@ struct TunerInputs {
   size_t meshStepBytes = 0;    // FIFO step size of mesh connectors (0: no mesh)
   size_t lineMaxBytes = 0;     // largest message of the mesh's line FIFOs
   bool fullMesh = false;       // every peer reachable through a mesh connector
+  HostCosts costs = kHostCosts;  // the host model's numbers (PLAIT_HOST_COSTS: core/host_costs.h)
 };
 
 class Tuner {

@@ -7,6 +7,7 @@
 //   plait-sim --topo-file cluster.xml --op all_gather --proto simple --json
 //   plait-sim --topo-file hgx_h100.xml --nodes 64 --train --tp 8 --pp 4 --experts 16 --ep 8
 //   plait-sim --host-ranks 2 --cores 2                       CPU ranks on a host like this one
+//   plait-sim --host-ranks 2 --host-costs costs.txt          ... priced by plait-calibrate's measurements
 //
 // The table is nccl-tests' (out-of-place columns; the in-place ones and
 // #wrong read N/A), each row followed by the plan: protocol, channels,
@@ -23,6 +24,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/host_costs.h"
 #include "perf_table.h"
 #include "sim/collective.h"
 #include "sim/host.h"
@@ -48,6 +50,7 @@ struct Flags {
   bool train = false;
   TrainingSpec training;
   HostRunSpec host;                    // --host-ranks: CPU ranks instead of GPUs
+  std::string hostCosts;               // --host-costs: a calibration file (core/host_costs.h)
   std::string svg;                     // picture to write
   std::vector<std::string> reference;  // SIZE=GBPS published points for the sweep picture
 };
@@ -229,11 +232,15 @@ nlohmann::json linkSummaryJson(const ClusterModel& model, const CollectiveResult
 // Host ranks on CPU hosts like this one (sim/host.h), nccl-tests' table.
 Status runHostRanks(const Flags& f, CollType coll, uint64_t minBytes, uint64_t maxBytes) {
   HostRunSpec spec = f.host;
+  if (!f.hostCosts.empty()) {
+    PLAIT_ASSIGN_OR_RETURN(spec.costs, loadHostCosts(f.hostCosts));
+  }
   spec.hosts = std::max(f.nodes, 1);
   if (f.nicGbps > 0) spec.nicGBs = f.nicGbps / 8.0;
   const int n = spec.hosts * spec.ranksPerHost;
-  std::printf("# plait-sim: %s, host ranks: %d hosts x %d ranks on %d cores each%s\n#\n", f.op.c_str(), spec.hosts,
-              spec.ranksPerHost, spec.cores, spec.hosts > 1 ? ", one switch" : "");
+  std::printf("# plait-sim: %s, host ranks: %d hosts x %d ranks on %d cores each%s; host costs: %s\n#\n",
+              f.op.c_str(), spec.hosts, spec.ranksPerHost, spec.cores, spec.hosts > 1 ? ", one switch" : "",
+              f.hostCosts.empty() ? "the defaults" : f.hostCosts.c_str());
   perf::printTableHeader(stdout);
   for (uint64_t bytes = std::max<uint64_t>(minBytes, 4); bytes <= maxBytes; bytes *= std::max(f.factor, 2)) {
     PLAIT_ASSIGN_OR_RETURN(CollectiveResult r, simulateHostRanks(spec, coll, bytes));
@@ -332,6 +339,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--cache-bytes", f.host.cacheBytes, "host ranks: buffers beyond this go through DRAM")
       ->check(CLI::Range(0.0, 1e15));
+  app.add_option("--host-costs", f.hostCosts, "host ranks: a calibration file from plait-calibrate (default: built-in costs)");
   app.add_option("--wake-us", f.host.wakeUs, "host ranks: one step when threads outnumber cores")->check(CLI::Range(0.0, 1e6));
   app.add_option("--nodes", f.nodes, "hosts (copies of a <system> file)")->check(CLI::Range(0, 1 << 20));
   app.add_option("--network", f.networkFile, "file holding a <network> element");

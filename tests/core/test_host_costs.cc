@@ -1,0 +1,196 @@
+// The host cost calibration (core/host_costs.h): the file's syntax and
+// errors, the fit against times made from known costs, and that the tuner's
+// choices follow the costs it is given.
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/host_costs.h"
+#include "core/tuner.h"
+
+namespace plait {
+namespace {
+
+std::string errorOf(std::string_view text) {
+  auto r = parseHostCosts(text, "costs.txt");
+  REQUIRE_FALSE(r.isOk());
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  return r.status().message();
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Times the model's own formulas give for `c`, written out here rather than
+// taken from the tuner: one-shot call + hop + n B / rate; ring AllReduce
+// call + 2(n-1) hop + 2(n-1)/n B / rate; ring AllGather call + (n-1) hop +
+// (n-1)/n B / rate.
+std::vector<CostSample> samplesOf(const HostCosts& c, int n, double noise = 0) {
+  std::vector<CostSample> out;
+  int i = 0;
+  auto jitter = [&] { return 1 + noise * ((i++ % 3) - 1); };  // -noise, 0, +noise in turn
+  for (double b = 8; b <= (16 << 20); b *= 4)
+    out.push_back({CostSample::kRingAllReduce, b,
+                   (c.callUs + 2 * (n - 1) * c.hopUs + 2.0 * (n - 1) / n * b / c.ringBytesPerUs) * jitter()});
+  for (double b = 8; b <= (32 << 10); b *= 4)
+    out.push_back({CostSample::kOneShotAllReduce, b, (c.callUs + c.hopUs + n * b / c.oneShotBytesPerUs) * jitter()});
+  for (double b : {8.0, 128.0, 2048.0})
+    out.push_back({CostSample::kRingAllGather, b, (c.callUs + (n - 1) * c.hopUs + (n - 1.0) / n * b / c.ringBytesPerUs) *
+                                                      jitter()});
+  return out;
+}
+
+TEST_CASE("a calibration file sets the keys it names and keeps the others", "[host_costs]") {
+  auto r = parseHostCosts("# measured here\n\nhop_us 0.5   # a comment\nring_bytes_per_us 4.5e3\n", "costs.txt");
+  REQUIRE(r.isOk());
+  CHECK(r->hopUs == 0.5);
+  CHECK(r->ringBytesPerUs == 4500);
+  CHECK(r->callUs == kHostCosts.callUs);
+  CHECK(r->oneShotBytesPerUs == kHostCosts.oneShotBytesPerUs);
+  CHECK(parseHostCosts("", "empty")->hopUs == kHostCosts.hopUs);
+  CHECK(parseHostCosts("call_us 0\n", "zero call")->callUs == 0);  // a call may be free; a hop may not
+}
+
+TEST_CASE("formatHostCosts reads back to the same values", "[host_costs]") {
+  const HostCosts c{0.123456789012345678, 1.0 / 3, 4736.2596709571226, 1e9};
+  const std::string text = formatHostCosts(c, {"first line", "second"});
+  CHECK(text.rfind("# first line\n# second\n", 0) == 0);
+  auto back = parseHostCosts(text, "round trip");
+  REQUIRE(back.isOk());
+  CHECK(back->callUs == c.callUs);
+  CHECK(back->hopUs == c.hopUs);
+  CHECK(back->ringBytesPerUs == c.ringBytesPerUs);
+  CHECK(back->oneShotBytesPerUs == c.oneShotBytesPerUs);
+}
+
+TEST_CASE("a bad calibration names the line and what is wrong", "[host_costs]") {
+  CHECK(contains(errorOf("hop_us 0.3\nhop_sus 1\n"), "costs.txt line 2: unknown key \"hop_sus\""));
+  CHECK(contains(errorOf("hop_us 0.3\n\nhop_us 0.4\n"), "line 3: hop_us given again (first on line 1)"));
+  CHECK(contains(errorOf("call_us\n"), "line 1: call_us has no value"));
+  CHECK(contains(errorOf("call_us 1 2\n"), "unexpected \"2\" after call_us's value"));
+  CHECK(contains(errorOf("ring_bytes_per_us 12k\n"), "ring_bytes_per_us \"12k\" is not a finite number"));
+  CHECK(contains(errorOf("ring_bytes_per_us nan\n"), "is not a finite number"));
+  CHECK(contains(errorOf("ring_bytes_per_us inf\n"), "is not a finite number"));
+  CHECK(contains(errorOf("one_shot_bytes_per_us 1e999\n"), "is not a finite number"));
+  CHECK(contains(errorOf("hop_us 0\n"), "hop_us 0 is outside (0, 1e+06]"));
+  CHECK(contains(errorOf("call_us -1\n"), "call_us -1 is outside [0, 1e+06]"));
+  CHECK(contains(errorOf("ring_bytes_per_us 2e9\n"), "outside (0, 1e+09]"));
+}
+
+TEST_CASE("loading a calibration: missing, oversized and good files, and the variable", "[host_costs]") {
+  auto missing = loadHostCosts("/nonexistent/costs.txt");
+  REQUIRE_FALSE(missing.isOk());
+  CHECK(contains(missing.status().message(), "/nonexistent/costs.txt"));
+  char dir[] = "/tmp/plait-host-costs-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string good = std::string(dir) + "/good.txt", big = std::string(dir) + "/big.txt";
+  std::ofstream(good) << "hop_us 0.75\n";
+  std::ofstream(big) << std::string(70 << 10, '#');
+  CHECK(loadHostCosts(good)->hopUs == 0.75);
+  auto tooBig = loadHostCosts(big);
+  REQUIRE_FALSE(tooBig.isOk());
+  CHECK(contains(tooBig.status().message(), "larger than 65536 bytes"));
+
+  std::string from;
+  unsetenv(kHostCostsVariable);
+  CHECK(hostCostsFromEnvironment(&from)->hopUs == kHostCosts.hopUs);
+  CHECK(from.empty());
+  setenv(kHostCostsVariable, good.c_str(), 1);
+  CHECK(hostCostsFromEnvironment(&from)->hopUs == 0.75);
+  CHECK(from == good);
+  setenv(kHostCostsVariable, big.c_str(), 1);
+  auto bad = hostCostsFromEnvironment(&from);
+  REQUIRE_FALSE(bad.isOk());
+  CHECK(contains(bad.status().message(), "PLAIT_HOST_COSTS"));
+  CHECK(contains(bad.status().message(), big));
+  unsetenv(kHostCostsVariable);
+  std::remove(good.c_str());
+  std::remove(big.c_str());
+  rmdir(dir);
+}
+
+TEST_CASE("the fit recovers the costs that made the times", "[host_costs]") {
+  const HostCosts truth{0.4, 0.35, 4700, 10400};
+  for (int n : {2, 3, 8}) {
+    auto fit = fitHostCosts(samplesOf(truth, n), n);
+    REQUIRE(fit.isOk());
+    CHECK(fit->callUs == Approx(truth.callUs).epsilon(1e-6));
+    CHECK(fit->hopUs == Approx(truth.hopUs).epsilon(1e-6));
+    CHECK(fit->ringBytesPerUs == Approx(truth.ringBytesPerUs).epsilon(1e-6));
+    CHECK(fit->oneShotBytesPerUs == Approx(truth.oneShotBytesPerUs).epsilon(1e-6));
+  }
+  // Noise of +-5% on every time moves no fitted cost by more than 15%.
+  auto noisy = fitHostCosts(samplesOf(truth, 2, 0.05), 2);
+  REQUIRE(noisy.isOk());
+  CHECK(noisy->hopUs == Approx(truth.hopUs).epsilon(0.15));
+  CHECK(noisy->callUs + noisy->hopUs == Approx(truth.callUs + truth.hopUs).epsilon(0.15));
+  CHECK(noisy->ringBytesPerUs == Approx(truth.ringBytesPerUs).epsilon(0.15));
+  CHECK(noisy->oneShotBytesPerUs == Approx(truth.oneShotBytesPerUs).epsilon(0.15));
+  // Without AllGather samples the two AllReduce kinds still separate call and hop.
+  std::vector<CostSample> noGather;
+  for (const CostSample& s : samplesOf(truth, 4))
+    if (s.kind != CostSample::kRingAllGather) noGather.push_back(s);
+  auto partial = fitHostCosts(noGather, 4);
+  REQUIRE(partial.isOk());
+  CHECK(partial->hopUs == Approx(truth.hopUs).epsilon(1e-6));
+}
+
+TEST_CASE("the fit clamps what it cannot believe and refuses what it cannot fit", "[host_costs]") {
+  // Flat one-shot times: no measurable per-byte cost, so the rate is the top of its range.
+  std::vector<CostSample> flat = samplesOf(HostCosts{0.4, 0.35, 4700, 10400}, 2);
+  for (CostSample& s : flat)
+    if (s.kind == CostSample::kOneShotAllReduce) s.us = 1.0;
+  std::vector<std::string> notes;
+  auto fit = fitHostCosts(flat, 2, &notes);
+  REQUIRE(fit.isOk());
+  CHECK(fit->oneShotBytesPerUs == 1e9);
+  REQUIRE(notes.size() >= 1);
+  CHECK(contains(notes.back(), "one_shot_bytes_per_us"));
+
+  CHECK_FALSE(fitHostCosts(samplesOf(kHostCosts, 2), 1).isOk());
+  std::vector<CostSample> ringOnly;
+  for (const CostSample& s : samplesOf(kHostCosts, 2))
+    if (s.kind == CostSample::kRingAllReduce) ringOnly.push_back(s);
+  auto noOneShot = fitHostCosts(ringOnly, 2);
+  REQUIRE_FALSE(noOneShot.isOk());
+  CHECK(contains(noOneShot.status().message(), "one-shot AllReduce samples at two sizes or more (got 0)"));
+  auto negative = fitHostCosts({{CostSample::kRingAllReduce, 8, -1}}, 2);
+  REQUIRE_FALSE(negative.isOk());
+  CHECK(contains(negative.status().message(), "is not a measurement"));
+}
+
+Plan planWith(const HostCosts& costs, size_t bytes) {
+  TunerInputs ti;
+  ti.nranks = ti.nLocalRanks = 2;
+  ti.nChannels = 1;
+  ti.ringStepBytes = 128 << 10;
+  ti.meshStepBytes = 32 << 10;
+  ti.lineMaxBytes = 32 << 10;
+  ti.fullMesh = true;
+  ti.costs = costs;
+  Task task;
+  task.coll = CollType::kAllReduce;
+  return Tuner(ti).plan(task, bytes);
+}
+
+TEST_CASE("the tuner's one-shot/ring crossover follows the costs it is given", "[host_costs][tuner]") {
+  // The built-in costs: ring from a few KiB (its fused pass is priced at 12 GB/s).
+  CHECK(planWith(kHostCosts, 64).algo == Algorithm::kOneShot);
+  CHECK(planWith(kHostCosts, 16 << 10).algo == Algorithm::kRing);
+  // This VM's measured costs (plait-calibrate, 2 ranks): one-shot up to the mesh step.
+  const HostCosts measured{0.367, 0.381, 4736, 10368};
+  CHECK(planWith(measured, 16 << 10).algo == Algorithm::kOneShot);
+  CHECK(planWith(measured, 32 << 10).algo == Algorithm::kOneShot);
+  CHECK(planWith(measured, 64 << 10).algo == Algorithm::kRing);  // beyond the mesh: ring whatever the costs
+  // A slow one-shot: ring even at 8 B.
+  CHECK(planWith(HostCosts{0.05, 0.25, 12000, 1}, 8).algo == Algorithm::kRing);
+  // The prediction is the model's: call + hop + n x bytes / rate for a one-shot of n = 2 ranks.
+  CHECK(planWith(measured, 1024).predictedUs == Approx(0.367 + 0.381 + 2.0 * 1024 / 10368));
+}
+
+}  // namespace
+}  // namespace plait
