@@ -160,9 +160,9 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
   struct Wants {
     int32_t channels;
     int32_t reproducible;
-    HostCosts costs;  // four doubles: no padding goes over the wire
+    HostCosts costs;  // doubles only: no padding goes over the wire
   };
-  static_assert(sizeof(Wants) == 2 * sizeof(int32_t) + 4 * sizeof(double));
+  static_assert(sizeof(HostCosts) % sizeof(double) == 0 && sizeof(Wants) == 2 * sizeof(int32_t) + sizeof(HostCosts));
   std::vector<Wants> wants(nranks_, Wants{0, 0, HostCosts{}});
   wants[rank_] = Wants{want, reproducible_, costs};
   PLAIT_RETURN_IF_ERROR(bootstrap_->allGather(wants.data(), sizeof(Wants), deadline));
@@ -172,8 +172,8 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
                rank_, costsFile.empty() ? "the defaults" : costsFile.c_str());
   else if (!costsFile.empty())
     PLAIT_INFO(kInit, "rank %d: host costs from %s: call %.3g us, hop %.3g us, ring %.4g B/us per channel, "
-               "one-shot %.4g B/us", rank_, costsFile.c_str(), costs.callUs, costs.hopUs, costs.ringBytesPerUs,
-               costs.oneShotBytesPerUs);
+               "one-shot %.3g us + %.4g B/us", rank_, costsFile.c_str(), costs.callUs, costs.hopUs,
+               costs.ringBytesPerUs, costs.oneShotUs, costs.oneShotBytesPerUs);
   int nChannels = want;
   for (int r = 0; r < nranks_; ++r) {
     nChannels = std::min(nChannels, static_cast<int>(wants[r].channels));

@@ -44,15 +44,20 @@ struct HopCounts {
   double net = 0;
 };
 
-// Host ranks (CPU memory, shared-memory FIFOs), calibrated on this
-// project's machine class (DESIGN.md §10): one cache-line hand-off between
-// cores per hop, fused ring passes at about 12 GB/s per channel from DRAM.
-// The host tuner (core/tuner.h) and plait-sim's host mode price with these.
+// Host ranks (CPU memory, shared-memory FIFOs): the costs plait-calibrate
+// measured on this project's machine class (2-core VM, 2 ranks; each the
+// median of 3 runs of perf/host/calibrate.sh, 2026-11-27; the earlier
+// estimates, 0.05 / 0.25 / 12000 / 0.30 / 8000, made the ring look 2.5x
+// faster than it is and chose it from 2 KiB where one-shot is 1.2-2.5x
+// faster up to 32 KiB). PLAIT_HOST_COSTS replaces them with a machine's own
+// (core/host_costs.h). The host tuner (core/tuner.h) and plait-sim's host
+// mode price with these.
 struct HostCosts {
-  double callUs = 0.05;              // a call's fixed cost
-  double hopUs = 0.25;               // one FIFO step handed to the next rank
-  double ringBytesPerUs = 12e3;      // per channel, bus bandwidth of a fused ring pass
-  double oneShotBytesPerUs = 8e3;    // one-shot AllReduce: copy in + n reads, in cache
+  double callUs = 0.51;              // a call's fixed cost
+  double hopUs = 0.32;               // one FIFO step handed to the next rank
+  double ringBytesPerUs = 4700;      // per channel, bus bandwidth of a fused ring pass
+  double oneShotBytesPerUs = 10000;  // one-shot AllReduce: copy in + n reads, in cache
+  double oneShotUs = 0.67;           // one-shot AllReduce's fixed cost (a call and one line hand-off)
 };
 inline constexpr HostCosts kHostCosts{};
 

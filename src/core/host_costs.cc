@@ -25,10 +25,11 @@ struct Field {
   double floor;  // what a fit below the range becomes
 };
 
-constexpr std::array<Field, 4> kFields{{
+constexpr std::array<Field, 5> kFields{{
     {"call_us", &HostCosts::callUs, 0, true, 1e6, 0},
     {"hop_us", &HostCosts::hopUs, 0, false, 1e6, 0.01},
     {"ring_bytes_per_us", &HostCosts::ringBytesPerUs, 0, false, 1e9, 1},
+    {"one_shot_us", &HostCosts::oneShotUs, 0, true, 1e6, 0},
     {"one_shot_bytes_per_us", &HostCosts::oneShotBytesPerUs, 0, false, 1e9, 1},
 }};
 
@@ -96,7 +97,8 @@ Result<HostCosts> parseHostCosts(std::string_view text, const std::string& sourc
     const auto field = std::find_if(kFields.begin(), kFields.end(), [&](const Field& f) { return key == f.key; });
     if (field == kFields.end())
       return invalidArgument(where + "unknown key \"" + key +
-                             "\" (the keys are call_us, hop_us, ring_bytes_per_us, one_shot_bytes_per_us)");
+                             "\" (the keys are call_us, hop_us, ring_bytes_per_us, one_shot_us, "
+                             "one_shot_bytes_per_us)");
     const size_t index = static_cast<size_t>(field - kFields.begin());
     if (seenAt[index] != 0)
       return invalidArgument(where + key + " given again (first on line " + std::to_string(seenAt[index]) + ")");
@@ -157,33 +159,23 @@ Result<HostCosts> fitHostCosts(const std::vector<CostSample>& samples, int nrank
   }
   const char* names[3] = {"ring AllReduce", "one-shot AllReduce", "ring AllGather"};
   std::array<double, 3> a{}, b{};
-  std::array<bool, 3> have{};
-  for (int k = 0; k < 3; ++k) {
-    have[k] = fitLine(byKind[k], &a[k], &b[k]);
-    if (!have[k] && k != CostSample::kRingAllGather)
+  for (int k = 0; k < 3; ++k)
+    if (!fitLine(byKind[k], &a[k], &b[k]))
       return invalidArgument(std::string("a host cost fit needs ") + names[k] + " samples at two sizes or more (got " +
                              std::to_string(byKind[k].size()) + ")");
-  }
-  // call + k hop = intercept, least squares over the kinds measured.
+  // The rings' intercepts: call + 2(n-1) hop (AllReduce), call + (n-1) hop
+  // (AllGather); two equations, two unknowns.
   const double n = nranks;
-  const std::array<double, 3> hops{2 * (n - 1), 1, n - 1};
-  double s = 0, sk = 0, skk = 0, sa = 0, ska = 0;
-  for (int k = 0; k < 3; ++k) {
-    if (!have[k]) continue;
-    s += 1;
-    sk += hops[k];
-    skk += hops[k] * hops[k];
-    sa += a[k];
-    ska += hops[k] * a[k];
-  }
-  const double det = s * skk - sk * sk;  // > 0: ring AllReduce and one-shot differ in hops
   HostCosts c = kHostCosts;
-  c.hopUs = clampFitted(kFields[1], (s * ska - sk * sa) / det, notes);
-  c.callUs = clampFitted(kFields[0], (skk * sa - sk * ska) / det, notes);
+  const double hop = (a[CostSample::kRingAllReduce] - a[CostSample::kRingAllGather]) / (n - 1);
+  c.hopUs = clampFitted(kFields[1], hop, notes);
+  c.callUs = clampFitted(kFields[0], a[CostSample::kRingAllGather] - (n - 1) * c.hopUs, notes);
+  c.oneShotUs = clampFitted(kFields[3], a[CostSample::kOneShotAllReduce], notes);
   // A slope of zero or less: faster than the samples can tell (the top of the range).
   auto rate = [](double bytesPerByte, double slope) { return slope > 0 ? bytesPerByte / slope : HUGE_VAL; };
-  c.ringBytesPerUs = clampFitted(kFields[2], rate(ringBytesPerLink(CollType::kAllReduce, nranks), b[0]), notes);
-  c.oneShotBytesPerUs = clampFitted(kFields[3], rate(n, b[1]), notes);
+  c.ringBytesPerUs = clampFitted(kFields[2], rate(ringBytesPerLink(CollType::kAllReduce, nranks),
+                                                   b[CostSample::kRingAllReduce]), notes);
+  c.oneShotBytesPerUs = clampFitted(kFields[4], rate(n, b[CostSample::kOneShotAllReduce]), notes);
   return c;
 }
 

@@ -1,12 +1,12 @@
 // host_costs.h — the host cost model's numbers measured on a machine instead
 // of assumed: a calibration file the tuner loads, and the fit that makes one.
 //
-// The host tuner prices a plan with four numbers (core/cost_model.h
+// The host tuner prices a plan with five numbers (core/cost_model.h
 // HostCosts): a call's fixed cost, one FIFO hand-off between ranks, the bus
-// bandwidth of a ring pass per channel and the rate of a one-shot
-// AllReduce. kHostCosts are estimates for this project's machine class; the
+// bandwidth of a ring pass per channel, and a one-shot AllReduce's fixed
+// cost and rate. kHostCosts are estimates for this project's machine class; the
 // crossovers they imply (one-shot against ring, how many channels) are only
-// right where the machine is like it. `plait-calibrate` measures the four on
+// right where the machine is like it. `plait-calibrate` measures the five on
 // the machine at hand and writes them as a file; PLAIT_HOST_COSTS=<file>
 // makes every communicator plan with them (plait-sim --host-costs too).
 //
@@ -14,6 +14,7 @@
 //   call_us 0.05
 //   hop_us 0.25
 //   ring_bytes_per_us 12000
+//   one_shot_us 0.3
 //   one_shot_bytes_per_us 8000
 // Keys left out keep kHostCosts' value. Pure functions except
 // loadHostCosts (reads a file); all thread-safe.
@@ -33,8 +34,9 @@ inline constexpr const char* kHostCostsVariable = "PLAIT_HOST_COSTS";
 
 // Parses a calibration's text. `source` names it in errors ("host_costs.txt"),
 // which say the line and what is wrong: an unknown or repeated key, a value
-// that is not a finite number, out of range (call_us in [0, 1e6], hop_us in
-// (0, 1e6], the rates in (0, 1e9] bytes per µs), or extra words.
+// that is not a finite number, out of range (call_us and one_shot_us in
+// [0, 1e6], hop_us in (0, 1e6], the rates in (0, 1e9] bytes per µs), or
+// extra words.
 Result<HostCosts> parseHostCosts(std::string_view text, const std::string& source);
 
 // The text parseHostCosts reads back to the same values (17 significant
@@ -58,14 +60,13 @@ struct CostSample {
 
 // Least-squares fit of HostCosts to samples taken with one channel on
 // `nranks` ranks. Each kind's times are fitted as a + b * bytes weighted by
-// 1/time^2 (relative error, so small sizes set a and large ones b); the three
-// intercepts give call and hop (one-shot: call + hop; ring AllGather: call +
-// (n-1) hop; ring AllReduce: call + 2(n-1) hop), the slopes the two rates.
-// Needs nranks >= 2, ring AllReduce samples at two sizes or more, and
-// one-shot samples at two sizes or more; an AllGather is optional. A fitted
-// value out of the ranges parseHostCosts accepts is clamped into them (and
-// named in *notes, if given). InvalidArgument when the samples cannot
-// determine the costs.
+// 1/time^2 (relative error, so small sizes set a and large ones b). The ring
+// intercepts give call and hop (ring AllGather: call + (n-1) hop; ring
+// AllReduce: call + 2(n-1) hop), the one-shot's is its fixed cost; the
+// slopes give the two rates. Needs nranks >= 2 and samples of each kind at
+// two sizes or more. A fitted value out of the ranges parseHostCosts accepts
+// is clamped into them (and named in *notes, if given). InvalidArgument
+// when the samples cannot determine the costs.
 Result<HostCosts> fitHostCosts(const std::vector<CostSample>& samples, int nranks,
                                std::vector<std::string>* notes = nullptr);
 

@@ -51,7 +51,7 @@ Tuner::Tuner(const TunerInputs& inputs) : in_(inputs) {
 
 double Tuner::oneShotUs(size_t bytes) const {
   const HostCosts& c = in_.costs;
-  return c.callUs + c.hopUs + static_cast<double>(bytes) * in_.nranks / c.oneShotBytesPerUs;
+  return c.oneShotUs + static_cast<double>(bytes) * in_.nranks / c.oneShotBytesPerUs;
 }
 
 // Bytes each link carries and hand-offs on the critical path, per

@@ -26,7 +26,7 @@ std::string errorOf(std::string_view text) {
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Times the model's own formulas give for `c`, written out here rather than
-// taken from the tuner: one-shot call + hop + n B / rate; ring AllReduce
+// taken from the tuner: one-shot fixed cost + n B / rate; ring AllReduce
 // call + 2(n-1) hop + 2(n-1)/n B / rate; ring AllGather call + (n-1) hop +
 // (n-1)/n B / rate.
 std::vector<CostSample> samplesOf(const HostCosts& c, int n, double noise = 0) {
@@ -37,7 +37,7 @@ std::vector<CostSample> samplesOf(const HostCosts& c, int n, double noise = 0) {
     out.push_back({CostSample::kRingAllReduce, b,
                    (c.callUs + 2 * (n - 1) * c.hopUs + 2.0 * (n - 1) / n * b / c.ringBytesPerUs) * jitter()});
   for (double b = 8; b <= (32 << 10); b *= 4)
-    out.push_back({CostSample::kOneShotAllReduce, b, (c.callUs + c.hopUs + n * b / c.oneShotBytesPerUs) * jitter()});
+    out.push_back({CostSample::kOneShotAllReduce, b, (c.oneShotUs + n * b / c.oneShotBytesPerUs) * jitter()});
   for (double b : {8.0, 128.0, 2048.0})
     out.push_back({CostSample::kRingAllGather, b, (c.callUs + (n - 1) * c.hopUs + (n - 1.0) / n * b / c.ringBytesPerUs) *
                                                       jitter()});
@@ -51,12 +51,13 @@ TEST_CASE("a calibration file sets the keys it names and keeps the others", "[ho
   CHECK(r->ringBytesPerUs == 4500);
   CHECK(r->callUs == kHostCosts.callUs);
   CHECK(r->oneShotBytesPerUs == kHostCosts.oneShotBytesPerUs);
+  CHECK(r->oneShotUs == kHostCosts.oneShotUs);
   CHECK(parseHostCosts("", "empty")->hopUs == kHostCosts.hopUs);
   CHECK(parseHostCosts("call_us 0\n", "zero call")->callUs == 0);  // a call may be free; a hop may not
 }
 
 TEST_CASE("formatHostCosts reads back to the same values", "[host_costs]") {
-  const HostCosts c{0.123456789012345678, 1.0 / 3, 4736.2596709571226, 1e9};
+  const HostCosts c{0.123456789012345678, 1.0 / 3, 4736.2596709571226, 1e9, 0};
   const std::string text = formatHostCosts(c, {"first line", "second"});
   CHECK(text.rfind("# first line\n# second\n", 0) == 0);
   auto back = parseHostCosts(text, "round trip");
@@ -65,10 +66,12 @@ TEST_CASE("formatHostCosts reads back to the same values", "[host_costs]") {
   CHECK(back->hopUs == c.hopUs);
   CHECK(back->ringBytesPerUs == c.ringBytesPerUs);
   CHECK(back->oneShotBytesPerUs == c.oneShotBytesPerUs);
+  CHECK(back->oneShotUs == c.oneShotUs);
 }
 
 TEST_CASE("a bad calibration names the line and what is wrong", "[host_costs]") {
   CHECK(contains(errorOf("hop_us 0.3\nhop_sus 1\n"), "costs.txt line 2: unknown key \"hop_sus\""));
+  CHECK(contains(errorOf("one_shot_us -0.1\n"), "one_shot_us -0.1 is outside [0, 1e+06]"));
   CHECK(contains(errorOf("hop_us 0.3\n\nhop_us 0.4\n"), "line 3: hop_us given again (first on line 1)"));
   CHECK(contains(errorOf("call_us\n"), "line 1: call_us has no value"));
   CHECK(contains(errorOf("call_us 1 2\n"), "unexpected \"2\" after call_us's value"));
@@ -114,7 +117,7 @@ TEST_CASE("loading a calibration: missing, oversized and good files, and the var
 }
 
 TEST_CASE("the fit recovers the costs that made the times", "[host_costs]") {
-  const HostCosts truth{0.4, 0.35, 4700, 10400};
+  const HostCosts truth{0.4, 0.35, 4700, 10400, 0.55};
   for (int n : {2, 3, 8}) {
     auto fit = fitHostCosts(samplesOf(truth, n), n);
     REQUIRE(fit.isOk());
@@ -122,6 +125,7 @@ TEST_CASE("the fit recovers the costs that made the times", "[host_costs]") {
     CHECK(fit->hopUs == Approx(truth.hopUs).epsilon(1e-6));
     CHECK(fit->ringBytesPerUs == Approx(truth.ringBytesPerUs).epsilon(1e-6));
     CHECK(fit->oneShotBytesPerUs == Approx(truth.oneShotBytesPerUs).epsilon(1e-6));
+    CHECK(fit->oneShotUs == Approx(truth.oneShotUs).epsilon(1e-6));
   }
   // Noise of +-5% on every time moves no fitted cost by more than 15%.
   auto noisy = fitHostCosts(samplesOf(truth, 2, 0.05), 2);
@@ -130,18 +134,12 @@ TEST_CASE("the fit recovers the costs that made the times", "[host_costs]") {
   CHECK(noisy->callUs + noisy->hopUs == Approx(truth.callUs + truth.hopUs).epsilon(0.15));
   CHECK(noisy->ringBytesPerUs == Approx(truth.ringBytesPerUs).epsilon(0.15));
   CHECK(noisy->oneShotBytesPerUs == Approx(truth.oneShotBytesPerUs).epsilon(0.15));
-  // Without AllGather samples the two AllReduce kinds still separate call and hop.
-  std::vector<CostSample> noGather;
-  for (const CostSample& s : samplesOf(truth, 4))
-    if (s.kind != CostSample::kRingAllGather) noGather.push_back(s);
-  auto partial = fitHostCosts(noGather, 4);
-  REQUIRE(partial.isOk());
-  CHECK(partial->hopUs == Approx(truth.hopUs).epsilon(1e-6));
+  CHECK(noisy->oneShotUs == Approx(truth.oneShotUs).epsilon(0.15));
 }
 
 TEST_CASE("the fit clamps what it cannot believe and refuses what it cannot fit", "[host_costs]") {
   // Flat one-shot times: no measurable per-byte cost, so the rate is the top of its range.
-  std::vector<CostSample> flat = samplesOf(HostCosts{0.4, 0.35, 4700, 10400}, 2);
+  std::vector<CostSample> flat = samplesOf(HostCosts{0.4, 0.35, 4700, 10400, 0.55}, 2);
   for (CostSample& s : flat)
     if (s.kind == CostSample::kOneShotAllReduce) s.us = 1.0;
   std::vector<std::string> notes;
@@ -158,6 +156,12 @@ TEST_CASE("the fit clamps what it cannot believe and refuses what it cannot fit"
   auto noOneShot = fitHostCosts(ringOnly, 2);
   REQUIRE_FALSE(noOneShot.isOk());
   CHECK(contains(noOneShot.status().message(), "one-shot AllReduce samples at two sizes or more (got 0)"));
+  std::vector<CostSample> noGather;
+  for (const CostSample& s : samplesOf(kHostCosts, 2))
+    if (s.kind != CostSample::kRingAllGather) noGather.push_back(s);
+  auto partial = fitHostCosts(noGather, 2);
+  REQUIRE_FALSE(partial.isOk());
+  CHECK(contains(partial.status().message(), "ring AllGather samples at two sizes or more (got 0)"));
   auto negative = fitHostCosts({{CostSample::kRingAllReduce, 8, -1}}, 2);
   REQUIRE_FALSE(negative.isOk());
   CHECK(contains(negative.status().message(), "is not a measurement"));
@@ -178,18 +182,23 @@ Plan planWith(const HostCosts& costs, size_t bytes) {
 }
 
 TEST_CASE("the tuner's one-shot/ring crossover follows the costs it is given", "[host_costs][tuner]") {
-  // The built-in costs: ring from a few KiB (its fused pass is priced at 12 GB/s).
-  CHECK(planWith(kHostCosts, 64).algo == Algorithm::kOneShot);
-  CHECK(planWith(kHostCosts, 16 << 10).algo == Algorithm::kRing);
-  // This VM's measured costs (plait-calibrate, 2 ranks): one-shot up to the mesh step.
-  const HostCosts measured{0.367, 0.381, 4736, 10368};
-  CHECK(planWith(measured, 16 << 10).algo == Algorithm::kOneShot);
-  CHECK(planWith(measured, 32 << 10).algo == Algorithm::kOneShot);
-  CHECK(planWith(measured, 64 << 10).algo == Algorithm::kRing);  // beyond the mesh: ring whatever the costs
+  // The earlier built-in estimates (a fused ring pass priced at 12 GB/s): ring from a few KiB.
+  const HostCosts estimates{0.05, 0.25, 12000, 8000, 0.30};
+  CHECK(planWith(estimates, 64).algo == Algorithm::kOneShot);
+  CHECK(planWith(estimates, 16 << 10).algo == Algorithm::kRing);
+  // This VM's measured costs (plait-calibrate, 2 ranks; the built-in ones now): one-shot up to the mesh step.
+  const HostCosts measured{0.367, 0.381, 4736, 10368, 0.55};
+  for (const HostCosts& c : {measured, kHostCosts}) {
+    CHECK(planWith(c, 16 << 10).algo == Algorithm::kOneShot);
+    CHECK(planWith(c, 32 << 10).algo == Algorithm::kOneShot);
+    CHECK(planWith(c, 64 << 10).algo == Algorithm::kRing);  // beyond the mesh: ring whatever the costs
+  }
   // A slow one-shot: ring even at 8 B.
-  CHECK(planWith(HostCosts{0.05, 0.25, 12000, 1}, 8).algo == Algorithm::kRing);
-  // The prediction is the model's: call + hop + n x bytes / rate for a one-shot of n = 2 ranks.
-  CHECK(planWith(measured, 1024).predictedUs == Approx(0.367 + 0.381 + 2.0 * 1024 / 10368));
+  CHECK(planWith(HostCosts{0.05, 0.25, 12000, 1, 0.3}, 8).algo == Algorithm::kRing);
+  // A slow start for one-shot: ring from 8 B.
+  CHECK(planWith(HostCosts{0.05, 0.25, 12000, 8000, 5}, 8).algo == Algorithm::kRing);
+  // The prediction is the model's: fixed cost + n x bytes / rate for a one-shot of n = 2 ranks.
+  CHECK(planWith(measured, 1024).predictedUs == Approx(0.55 + 2.0 * 1024 / 10368));
 }
 
 }  // namespace

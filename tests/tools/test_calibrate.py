@@ -3,7 +3,7 @@
 
   test_calibrate.py PLAIT_RUN PLAIT_CALIBRATE ALL_REDUCE_PERF PLAIT_SIM
 
-- plait-calibrate under plait-run (2 ranks) writes a file with the four costs,
+- plait-calibrate under plait-run (2 ranks) writes a file with the five costs,
   each a positive number, after a table with every measured point;
 - without a launcher (one rank) it refuses with exit 2;
 - a job with PLAIT_HOST_COSTS plans with the file's costs: a file that makes
@@ -58,8 +58,8 @@ with tempfile.TemporaryDirectory() as d:
             line = line.split("#")[0].split()
             if len(line) == 2:
                 values[line[0]] = float(line[1])
-    check(sorted(values) == ["call_us", "hop_us", "one_shot_bytes_per_us", "ring_bytes_per_us"],
-          "the file has the four costs: %s" % sorted(values))
+    check(sorted(values) == ["call_us", "hop_us", "one_shot_bytes_per_us", "one_shot_us", "ring_bytes_per_us"],
+          "the file has the five costs: %s" % sorted(values))
     check(all(v >= 0 for v in values.values()) and values.get("hop_us", 0) > 0,
           "the costs are non-negative, the hop positive: %s" % values)
 

@@ -1,4 +1,4 @@
-// plait-calibrate — measures the host cost model's four numbers on this
+// plait-calibrate — measures the host cost model's five numbers on this
 // machine (core/host_costs.h) and writes them as a calibration file that
 // PLAIT_HOST_COSTS (the library's tuner) and plait-sim --host-costs read.
 //
@@ -8,9 +8,9 @@
 // Every rank runs the same calls through NCCL's API with a per-call
 // configuration (ncclCollConfig_t) that forces the algorithm and one channel:
 // ring AllReduce from 8 B to --max-bytes, one-shot AllReduce up to 32 KiB,
-// ring AllGather at small sizes. Each point is the slowest rank's mean time
-// per call over enough calls to take about --point-ms; the fit is
-// fitHostCosts's. Rank 0 prints each point beside what the built-in and the
+// ring AllGather at small sizes. Each point is the median of --repeats timed
+// loops (each the slowest rank's mean time per call; --point-ms in all),
+// taken in rounds over all points; the fit is fitHostCosts's. Rank 0 prints each point beside what the built-in and the
 // fitted costs predict, then writes the file (or prints it without -o).
 // Exit status: 0; 1 when a call or the fit fails; 2 on bad flags or a run
 // with fewer than 2 ranks.
@@ -37,8 +37,9 @@ using plait::CostSample;
 struct Options {
   std::string output;
   uint64_t maxBytes = 16 << 20;
-  double pointMs = 40;
-  int maxIters = 2000;
+  double pointMs = 60;
+  int repeats = 5;
+  int maxIters = 20000;
   bool quick = false;  // a few points, for tests
 };
 
@@ -83,17 +84,24 @@ double nowUs() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Times one point: calls enough for about o.pointMs, agreed by all ranks.
-ncclResult_t measure(const Options& o, const Point& p, std::vector<float>& send, std::vector<float>& recv, int nranks,
-                     ncclComm_t comm, double* usPerCall) {
-  constexpr int kWarmup = 5;
-  double t0 = nowUs();
+// Calls per timed loop of one point: enough for o.pointMs / o.repeats after
+// a warm-up, the same on every rank (the slowest rank's warm-up decides).
+ncclResult_t loopLength(const Options& o, const Point& p, std::vector<float>& send, std::vector<float>& recv,
+                        int nranks, ncclComm_t comm, int* iters) {
+  constexpr int kWarmup = 10;
+  const double t0 = nowUs();
   for (int i = 0; i < kWarmup; ++i)
     if (ncclResult_t r = runOnce(p, send.data(), recv.data(), nranks, comm); r != ncclSuccess) return r;
   double warm = (nowUs() - t0) / kWarmup;
   if (ncclResult_t r = maxOverRanks(&warm, comm); r != ncclSuccess) return r;
-  const int iters = std::clamp(static_cast<int>(o.pointMs * 1e3 / std::max(warm, 0.01)), 5, o.maxIters);
-  t0 = nowUs();
+  *iters = std::clamp(static_cast<int>(o.pointMs * 1e3 / o.repeats / std::max(warm, 0.01)), 3, o.maxIters);
+  return ncclSuccess;
+}
+
+// One timed loop: the slowest rank's mean time per call.
+ncclResult_t timedLoop(const Point& p, int iters, std::vector<float>& send, std::vector<float>& recv, int nranks,
+                       ncclComm_t comm, double* usPerCall) {
+  const double t0 = nowUs();
   for (int i = 0; i < iters; ++i)
     if (ncclResult_t r = runOnce(p, send.data(), recv.data(), nranks, comm); r != ncclSuccess) return r;
   *usPerCall = (nowUs() - t0) / iters;
@@ -119,9 +127,9 @@ double predictUs(const plait::HostCosts& costs, const Point& p, int nranks) {
 }
 
 std::string describe(const plait::HostCosts& c) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "call %.3f us, hop %.3f us, ring %.0f B/us per channel, one-shot %.0f B/us", c.callUs,
-                c.hopUs, c.ringBytesPerUs, c.oneShotBytesPerUs);
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "call %.3f us, hop %.3f us, ring %.0f B/us per channel, one-shot %.3f us + %.0f B/us",
+                c.callUs, c.hopUs, c.ringBytesPerUs, c.oneShotUs, c.oneShotBytesPerUs);
   return buf;
 }
 
@@ -190,14 +198,29 @@ int run(const Options& o) {
   size_t most = 0;
   for (const Point& p : points) most = std::max(most, p.bytes);
   std::vector<float> send(most / 4, 1.0f), recv(most / 4, 0.0f);
-  std::vector<double> us(points.size());
+  // Rounds over all points, each point one timed loop per round: a point's
+  // loops are spread over the whole run, and its median loop counts (a
+  // scheduler hiccup or a slow spell falls outside it).
+  std::vector<int> iters(points.size());
+  std::vector<std::vector<double>> loops(points.size());
   int code = 0;
-  for (size_t i = 0; i < points.size() && code == 0; ++i) {
-    if (measure(o, points[i], send, recv, info->nranks, comm, &us[i]) != ncclSuccess) {
-      std::fprintf(stderr, "plait-calibrate rank %d: %s of %zu bytes: %s\n", info->rank, kindName(points[i].kind),
-                   points[i].bytes, ncclGetLastError(comm));
-      code = 1;
+  auto failed = [&](const Point& p) {
+    std::fprintf(stderr, "plait-calibrate rank %d: %s of %zu bytes: %s\n", info->rank, kindName(p.kind), p.bytes,
+                 ncclGetLastError(comm));
+    code = 1;
+  };
+  for (size_t i = 0; i < points.size() && code == 0; ++i)
+    if (loopLength(o, points[i], send, recv, info->nranks, comm, &iters[i]) != ncclSuccess) failed(points[i]);
+  for (int round = 0; round < o.repeats && code == 0; ++round)
+    for (size_t i = 0; i < points.size() && code == 0; ++i) {
+      double loop = 0;
+      if (timedLoop(points[i], iters[i], send, recv, info->nranks, comm, &loop) != ncclSuccess) failed(points[i]);
+      loops[i].push_back(loop);
     }
+  std::vector<double> us(points.size());
+  for (size_t i = 0; i < points.size() && code == 0; ++i) {
+    std::sort(loops[i].begin(), loops[i].end());
+    us[i] = loops[i][loops[i].size() / 2];
   }
   if (code == 0 && info->rank == 0) code = report(o, points, us, info->nranks);
   if (code == 0) ncclCommDestroy(comm);
@@ -213,7 +236,8 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", o.output, "the calibration file to write (default: print it)");
   app.add_option("--max-bytes", o.maxBytes, "largest ring AllReduce measured")->check(CLI::Range(uint64_t(64), uint64_t(1) << 32));
   app.add_option("--point-ms", o.pointMs, "time spent per measured point")->check(CLI::Range(0.1, 60000.0));
-  app.add_option("--max-iters", o.maxIters, "most calls per point")->check(CLI::Range(5, 1000000));
+  app.add_option("--repeats", o.repeats, "rounds over all points, a timed loop of each per round (medians count)")->check(CLI::Range(1, 101));
+  app.add_option("--max-iters", o.maxIters, "most calls per timed loop")->check(CLI::Range(3, 1000000));
   app.add_flag("--quick", o.quick, "a few points only (tests)");
   CLI11_PARSE(app, argc, argv);
   return run(o);
