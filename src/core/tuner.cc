@@ -7,12 +7,18 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "core/alg_selection.h"
 #include "core/cost_model.h"
 
 namespace plait {
 namespace {
 
-PLAIT_PARAM_STRING(kAlgo, "ALGO", "", "force an algorithm: ring or oneshot (default: the cost model decides)");
+PLAIT_PARAM_STRING(kAlgo, "ALGO", "",
+                   "algorithms the tuner may use, in NCCL_ALGO's syntax (\"ring\", \"^oneshot\", "
+                   "\"allreduce:ring;allgather:ring\"); Plait's are ring and oneshot (default: the cost model decides)");
+PLAIT_PARAM_STRING(kProto, "PROTO", "",
+                   "protocols, in NCCL_PROTO's syntax (\"Simple\", \"^LL128\"); Plait runs only Simple, so a "
+                   "setting that leaves it out is reported and ignored");
 PLAIT_PARAM_INT(kSliceBytes, "SLICE_BYTES", 0, "bytes per ring FIFO step used by each primitive (0: tuned by size)");
 PLAIT_PARAM_INT(kChunkBytes, "CHUNK_BYTES", 0, "bytes per rank per ring loop (0: tuned by size)");
 PLAIT_PARAM_INT(kNtThreshold, "NT_STORE_THRESHOLD", 32 << 20,
@@ -36,17 +42,61 @@ std::string Plan::toString() const {
   return buf;
 }
 
+namespace {
+
+// NCCL_PROTO / PLAIT_PROTO: "[^]name[,name...]" over LL, LL128, Simple.
+// Plait's executors run Simple only; a setting that excludes it cannot be
+// honoured, and an unknown name is a mistake worth saying.
+void checkProtocols(const std::string& text, const std::string& source) {
+  std::string_view rest = text;
+  const bool exclude = !rest.empty() && rest.front() == '^';
+  if (exclude) rest.remove_prefix(1);
+  bool simpleNamed = false;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    std::string name(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    name.erase(0, name.find_first_not_of(" \t"));
+    name.erase(name.find_last_not_of(" \t") + 1);
+    if (strcasecmp(name.c_str(), "simple") == 0) {
+      simpleNamed = true;
+    } else if (strcasecmp(name.c_str(), "ll") != 0 && strcasecmp(name.c_str(), "ll128") != 0) {
+      PLAIT_WARN(kTuning, "%s=\"%s\" names an unknown protocol \"%s\" (LL, LL128, Simple); ignoring the setting",
+                 source.c_str(), text.c_str(), name.c_str());
+      return;
+    }
+  }
+  if (simpleNamed == exclude)
+    PLAIT_WARN(kTuning, "%s=\"%s\" leaves out Simple, the only protocol Plait runs; ignoring it", source.c_str(),
+               text.c_str());
+}
+
+}  // namespace
+
 Tuner::Tuner(const TunerInputs& inputs) : in_(inputs) {
+  if (const std::string& proto = kProto.get(); !proto.empty()) checkProtocols(proto, kProto.source());
   const std::string& algo = kAlgo.get();
   if (algo.empty()) return;
-  if (strcasecmp(algo.c_str(), "ring") == 0) {
-    forced_ = static_cast<int>(Algorithm::kRing);
-  } else if (strcasecmp(algo.c_str(), "oneshot") == 0) {
-    forced_ = static_cast<int>(Algorithm::kOneShot);
-  } else {
-    PLAIT_WARN(kTuning, "%s=\"%s\" names no algorithm Plait has (ring, oneshot); ignoring it", kAlgo.source().c_str(),
-               algo.c_str());
+  // Per collective: what the setting allows of Plait's ring and one-shot
+  // (direct and symmetric are the registered-buffer paths, not the tuner's).
+  std::string refused;
+  for (int c = 0; c <= static_cast<int>(CollType::kRecv); ++c) {
+    auto sel = parseAlgSelection(algo.c_str(), static_cast<CollType>(c));
+    if (!sel.isOk()) {
+      PLAIT_WARN(kTuning, "%s: %s; ignoring it", kAlgo.source().c_str(), sel.status().message().c_str());
+      envAlgos_.fill(0);
+      return;
+    }
+    if (!sel->restricted) continue;
+    envAlgos_[c] = sel->algos & (kAlgoRing | kAlgoOneShot);
+    // AlltoAll, Gather, Scatter and Send/Recv are point-to-point: no tuner choice to restrict.
+    const bool tuned = c <= static_cast<int>(CollType::kReduceScatter);
+    if (envAlgos_[c] == 0 && tuned)
+      refused += (refused.empty() ? "" : ", ") + std::string(collName(static_cast<CollType>(c)));
   }
+  if (!refused.empty())
+    PLAIT_WARN(kTuning, "%s=\"%s\" allows %s none of Plait's algorithms (ring, oneshot); the tuner chooses there",
+               kAlgo.source().c_str(), algo.c_str(), refused.c_str());
 }
 
 double Tuner::oneShotUs(size_t bytes) const {
@@ -107,10 +157,14 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
       ringOk = true;
       oneOk = oneShotFits;
     }
-  } else if (forced_ == static_cast<int>(Algorithm::kRing)) {
-    oneOk = false;
-  } else if (forced_ == static_cast<int>(Algorithm::kOneShot) && oneShotFits) {
-    ringOk = false;
+  } else if (const uint8_t env = envAlgos_[static_cast<size_t>(task.coll)]; env != 0) {
+    // PLAIT_ALGO / NCCL_ALGO: honoured where it leaves something runnable
+    // (a one-shot selection for a size beyond the mesh runs the ring).
+    const bool ringEnv = (env & kAlgoRing) != 0, oneEnv = oneShotFits && (env & kAlgoOneShot) != 0;
+    if (ringEnv || oneEnv) {
+      ringOk = ringEnv;
+      oneOk = oneEnv;
+    }
   }
   plan.algo = oneOk && (!ringOk || tOne <= ring.predictedUs) ? Algorithm::kOneShot : Algorithm::kRing;
   if (plan.algo == Algorithm::kOneShot) {

@@ -1,13 +1,17 @@
 // tuner.h — chooses how to run each operation: algorithm, channels, slicing.
 //
 // The model is NCCL's: time = latency + bytes / bandwidth for each candidate
-// algorithm, minimised; PLAIT_ALGO / NCCL_ALGO forces one. The inputs are
+// algorithm, minimised; PLAIT_ALGO / NCCL_ALGO restricts the choice (its
+// full syntax, per collective too); NCCL_PROTO is checked (Plait runs
+// only Simple). The inputs are
 // the communicator's shape and its transports' properties, so the same tuner
 // serves shared memory now and networks later. A Plan is plain data that
 // prints itself (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=TUNING shows each size's).
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "core/cost_model.h"
@@ -53,7 +57,7 @@ class Tuner {
  public:
   explicit Tuner(const TunerInputs& inputs);
   // Never fails: an unknown forced algorithm was reported at construction.
-  // The task's own selection (Task::algos) replaces PLAIT_ALGO; one that
+  // The task's own selection (Task::algos) replaces PLAIT_ALGO's; one that
   // allows nothing runnable gives a refused plan when forced, else is
   // ignored. Channels stay within the task's bounds.
   Plan plan(const Task& task, size_t bytes) const;
@@ -75,7 +79,9 @@ class Tuner {
   static int boundedChannels(const Task& task, int channels, int most);
 
   TunerInputs in_;
-  int forced_ = -1;  // Algorithm forced by PLAIT_ALGO, or -1
+  // kAlgo* bits (ring, one-shot) PLAIT_ALGO / NCCL_ALGO allows each
+  // collective, by CollType; 0: unrestricted (or nothing Plait runs).
+  std::array<uint8_t, 10> envAlgos_{};
 };
 
 }  // namespace plait

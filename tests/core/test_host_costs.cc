@@ -7,11 +7,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "core/host_costs.h"
 #include "core/tuner.h"
+#include "scoped_env.h"
 
 namespace plait {
 namespace {
@@ -167,7 +170,7 @@ TEST_CASE("the fit clamps what it cannot believe and refuses what it cannot fit"
   CHECK(contains(negative.status().message(), "is not a measurement"));
 }
 
-Plan planWith(const HostCosts& costs, size_t bytes) {
+Plan planWith(const HostCosts& costs, size_t bytes, CollType coll = CollType::kAllReduce) {
   TunerInputs ti;
   ti.nranks = ti.nLocalRanks = 2;
   ti.nChannels = 1;
@@ -177,7 +180,7 @@ Plan planWith(const HostCosts& costs, size_t bytes) {
   ti.fullMesh = true;
   ti.costs = costs;
   Task task;
-  task.coll = CollType::kAllReduce;
+  task.coll = coll;
   return Tuner(ti).plan(task, bytes);
 }
 
@@ -199,6 +202,68 @@ TEST_CASE("the tuner's one-shot/ring crossover follows the costs it is given", "
   CHECK(planWith(HostCosts{0.05, 0.25, 12000, 8000, 5}, 8).algo == Algorithm::kRing);
   // The prediction is the model's: fixed cost + n x bytes / rate for a one-shot of n = 2 ranks.
   CHECK(planWith(measured, 1024).predictedUs == Approx(0.55 + 2.0 * 1024 / 10368));
+}
+
+// The warnings a Tuner's construction logs under `name`=`value`.
+std::string tunerWarnings(const char* name, const char* value) {
+  char path[] = "/tmp/plait-tuner-log-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  {
+    test::ScopedEnv setting(name, value);
+    test::ScopedEnv level("PLAIT_DEBUG", "WARN");
+    test::ScopedEnv file("PLAIT_DEBUG_FILE", path);
+    log::reset();
+    planWith(kHostCosts, 64);
+    log::reset();  // closes the file
+  }
+  log::reset();
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path);
+  return text;
+}
+
+TEST_CASE("PLAIT_ALGO takes NCCL_ALGO's syntax, per collective too", "[tuner]") {
+  CHECK(planWith(kHostCosts, 64).algo == Algorithm::kOneShot);  // the cost model's choice at 64 B
+  {
+    test::ScopedEnv algo("PLAIT_ALGO", "allreduce:ring;allgather:ring");
+    CHECK(planWith(kHostCosts, 64).algo == Algorithm::kRing);
+  }
+  {
+    test::ScopedEnv algo("NCCL_ALGO", "Ring");
+    CHECK(planWith(kHostCosts, 64).algo == Algorithm::kRing);
+  }
+  {
+    test::ScopedEnv algo("PLAIT_ALGO", "allgather:ring");  // says nothing of AllReduce
+    CHECK(planWith(kHostCosts, 64).algo == Algorithm::kOneShot);
+  }
+  {
+    test::ScopedEnv algo("PLAIT_ALGO", "^ring");
+    CHECK(planWith(kHostCosts, 16 << 10).algo == Algorithm::kOneShot);
+    CHECK(planWith(kHostCosts, 1 << 20).algo == Algorithm::kRing);  // one-shot cannot take 1 MiB: the ring does
+    CHECK(planWith(kHostCosts, 1 << 20, CollType::kAllGather).algo == Algorithm::kRing);
+  }
+  {
+    test::ScopedEnv algo("PLAIT_ALGO", "oneshot");
+    CHECK(planWith(HostCosts{0.05, 0.25, 12000, 1, 0.3}, 8 << 10).algo == Algorithm::kOneShot);  // costs overruled
+  }
+}
+
+TEST_CASE("NCCL_ALGO and NCCL_PROTO settings Plait cannot honour are said and ignored", "[tuner]") {
+  CHECK(tunerWarnings("PLAIT_ALGO", "ring") == "");
+  const std::string tree = tunerWarnings("NCCL_ALGO", "Tree");
+  CHECK(contains(tree, "NCCL_ALGO=\"Tree\" allows AllReduce, Broadcast, Reduce, AllGather, ReduceScatter none"));
+  CHECK(contains(tree, "none of Plait's algorithms (ring, oneshot); the tuner chooses there"));
+  CHECK(contains(tunerWarnings("PLAIT_ALGO", "ring,bogus"), "unknown algorithm \"bogus\""));
+  for (const char* fine : {"Simple", "^LL,LL128", "simple, LL"}) CHECK(tunerWarnings("NCCL_PROTO", fine) == "");
+  CHECK(contains(tunerWarnings("NCCL_PROTO", "LL128"), "NCCL_PROTO=\"LL128\" leaves out Simple, the only protocol"));
+  CHECK(contains(tunerWarnings("NCCL_PROTO", "^Simple"), "leaves out Simple"));
+  CHECK(contains(tunerWarnings("PLAIT_PROTO", "Simple,LLL"), "unknown protocol \"LLL\""));
+  // Either way the tuner still plans: the cost model's choice.
+  test::ScopedEnv tree2("NCCL_ALGO", "Tree");
+  CHECK(planWith(kHostCosts, 64).algo == Algorithm::kOneShot);
 }
 
 }  // namespace

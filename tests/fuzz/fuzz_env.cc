@@ -23,6 +23,8 @@
 #include "base/socket.h"
 #include "core/alg_selection.h"
 #include "core/bootstrap.h"
+#include "core/host_costs.h"
+#include "core/tuner.h"
 #include "plait/launch.hpp"
 #include "tests/fuzz/fuzz_check.h"
 #include "topology/paths.h"
@@ -155,6 +157,38 @@ void quietLog() {
   log::reset();
 }
 
+// A tuner built under the setting plans every collective at a few sizes.
+void planUnderSetting(const std::string&) {
+  TunerInputs ti;
+  ti.nranks = ti.nLocalRanks = 3;
+  ti.nChannels = 2;
+  ti.ringStepBytes = 128 << 10;
+  ti.meshStepBytes = ti.lineMaxBytes = 32 << 10;
+  ti.fullMesh = true;
+  const Tuner tuner(ti);
+  for (int c = 0; c <= static_cast<int>(CollType::kReduceScatter); ++c)
+    for (size_t bytes : {size_t(8), size_t(16) << 10, size_t(1) << 20}) {
+      Task task;
+      task.coll = static_cast<CollType>(c);
+      const Plan plan = tuner.plan(task, bytes);
+      PLAIT_FUZZ_CHECK(!plan.refused && plan.nChannels >= 1 && plan.nChannels <= 2);
+    }
+}
+
+// A calibration file's text (PLAIT_HOST_COSTS): accepted values are in range
+// and print as text that parses to the same values.
+void hostCosts(const std::string& text) {
+  auto costs = parseHostCosts(text, "fuzz");
+  checkRefusal(costs);
+  if (!costs.isOk()) return;
+  PLAIT_FUZZ_CHECK(costs->hopUs > 0 && costs->ringBytesPerUs > 0 && costs->oneShotBytesPerUs > 0);
+  auto again = parseHostCosts(formatHostCosts(*costs), "fuzz");
+  PLAIT_FUZZ_CHECK(again.isOk() && again->hopUs == costs->hopUs && again->callUs == costs->callUs &&
+                   again->ringBytesPerUs == costs->ringBytesPerUs && again->oneShotUs == costs->oneShotUs &&
+                   again->oneShotBytesPerUs == costs->oneShotBytesPerUs);
+}
+
+// Appended only: a seed's second byte picks its entry (corpus/env/env-*).
 const EnvParam kEnvParams[] = {
     {"TIMEOUT", [](const std::string&) { PLAIT_FUZZ_CHECK(bootstrapTimeoutSec() >= 1); }},
     {"P2P_LEVEL", [](const std::string&) { (void)topo::pathOptionsFromEnv(topo::TopoSystem{}); }},
@@ -186,6 +220,8 @@ const EnvParam kEnvParams[] = {
        PLAIT_FUZZ_CHECK(static_cast<int>(log::level()) >= 0 && static_cast<int>(log::level()) <= 5);
        quietLog();
      }},
+    {"ALGO", planUnderSetting},
+    {"PROTO", planUnderSetting},
 };
 
 void throughEnvironment(uint8_t which, std::string value) {
@@ -211,7 +247,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   const uint8_t parser = data[0], arg = data[1];
   const std::string text(reinterpret_cast<const char*>(data + 2), size - 2);
-  switch (parser % 12) {
+  switch (parser % 13) {
     case 0: integer(text); break;                                            // every PLAIT_PARAM_INT
     case 1: algSelection(text); break;                                       // algSelection, NCCL_ALGO syntax
     case 2: socketIfname(text, arg); break;                                  // NCCL_SOCKET_IFNAME
@@ -226,7 +262,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ibOptions(text);  // NCCL_IB_HCA, NCCL_IB_*
 #endif
       break;
-    default: throughEnvironment(arg, text); break;  // the tunables as the library reads them
+    case 11: hostCosts(text); break;  // PLAIT_HOST_COSTS files
+    default: throughEnvironment(arg, text); break;  // 10, 12: the tunables as the library reads them
   }
   return 0;
 }
