@@ -37,12 +37,16 @@ PLAIT_PARAM_INT(kP2pSteps, "SHM_P2P_STEPS", 8, "steps per point-to-point FIFO");
 PLAIT_PARAM_INT(kMeshMaxRanks, "SHM_MESH_MAX_RANKS", kHostShmDefaults.meshMaxRanks,
                 "largest number of local ranks connected all to all");
 
-// Off by default: on this project's VM process_vm_readv copies at 1.5-5.6
-// GB/s where memcpy does 6-54 (page walks under virtualisation), so the
-// two-copy FIFO pipeline wins. On bare metal it is worth trying.
-PLAIT_PARAM_INT(kP2pCma, "P2P_CMA", 0,
-                "1: large point-to-point messages between local processes are read in place with "
-                "process_vm_readv (single copy) instead of through the FIFO");
+// On where permitted (every local rank must be able to read the others:
+// probeCma; Yama's ptrace_scope 1 forbids it between sibling processes).
+// process_vm_readv copies slower per byte than memcpy on this project's VM
+// (page walks under virtualisation), but one copy instead of two: Send/Recv
+// and AlltoAll messages from 16 KiB (P2P_CMA_MIN_BYTES) take 0.45-0.8x the
+// time up to 1 MiB, 0.7-1.0x above (perf/host/p2p_cma.sh, 2 and 4 ranks).
+// Gather and Scatter keep the FIFO (src/core/p2p.cc).
+PLAIT_PARAM_INT(kP2pCma, "P2P_CMA", 1,
+                "1: point-to-point messages between local processes from P2P_CMA_MIN_BYTES up are read in place "
+                "with process_vm_readv (single copy) where the system permits it; 0: always through the FIFO");
 
 // Whether every local rank can read every other local rank's memory with
 // process_vm_readv (ptrace permission): each reads its peers' probe words,

@@ -31,7 +31,7 @@ constexpr uint64_t kLastStep = kStepLast;          // in a step's size: the mess
 constexpr uint64_t kRendezvous = kStepRendezvous;  // the step holds a RendezvousDescriptor
 constexpr size_t kCmaChunk = size_t(4) << 20;        // bytes read per pass, so other peers progress too
 
-PLAIT_PARAM_INT(kCmaMinBytes, "P2P_CMA_MIN_BYTES", 256 << 10,
+PLAIT_PARAM_INT(kCmaMinBytes, "P2P_CMA_MIN_BYTES", 16 << 10,
                 "point-to-point messages from this size up are read in place from the sending process "
                 "(single copy) when cross-memory attach is permitted");
 
@@ -56,6 +56,7 @@ struct Message {
   size_t bytes = 0;
   size_t done = 0;
   bool single = false;  // receives: a checked single-copy descriptor is being read
+  bool mayRendezvous = true;  // sends: may go single-copy (not Gather's or Scatter's, see runP2p)
 };
 
 // Per peer, the sends and the receives in call order, and how far each got.
@@ -77,8 +78,9 @@ class P2pBatch {
         cma_(cma),
         cmaMin_(cma ? static_cast<size_t>(kCmaMinBytes.get()) : 0) {}
 
-  void send(int peer, const void* src, size_t bytes) {
-    peers_[peer].sends.push_back(Message{peer, static_cast<const char*>(src), nullptr, bytes, 0, false});
+  void send(int peer, const void* src, size_t bytes, bool mayRendezvous = true) {
+    peers_[peer].sends.push_back(
+        Message{peer, static_cast<const char*>(src), nullptr, bytes, 0, false, mayRendezvous});
   }
   void recv(int peer, void* dst, size_t bytes) {
     peers_[peer].recvs.push_back(Message{peer, nullptr, static_cast<char*>(dst), bytes, 0, false});
@@ -163,7 +165,7 @@ Status P2pBatch::pumpSends(PeerQueues& q, bool* moved) {
       return Status::ok();
     }
     *moved = true;
-    if (m.done == 0 && rendezvous(m.peer, m.bytes)) {
+    if (m.done == 0 && m.mayRendezvous && rendezvous(m.peer, m.bytes)) {
       const int32_t self = static_cast<int32_t>(getpid());  // not cached: forked ranks
       const RendezvousDescriptor d{m.bytes, reinterpret_cast<uint64_t>(m.src), self, 0};
       std::memcpy(slot, &d, sizeof(d));
@@ -331,6 +333,12 @@ Status P2pBatch::run(const WaitContext& base) {
       PeerQueues& q = peers_[p];
       if (p != rank_ && q.nextRecv < q.recvs.size()) PLAIT_RETURN_IF_ERROR(pumpRecvs(q, &moved));
     }
+    // Every send posted, a single-copy one still unreleased: a peer that
+    // aborted will never release it (anyReady says so at once, so without
+    // this the loop would spin here instead of failing).
+    for (int p = 0; p < static_cast<int>(peers_.size()); ++p)
+      if (p != rank_ && peers_[p].ackStep != 0 && !acked(p) && shm_.p2pSend(p)->peerAborted())
+        return peerAbortedError(*shm_.p2pSend(p)->waitContext());
     if (moved) {
       if (timeoutMs >= 0) deadline = Deadline::afterMs(timeoutMs);
       continue;
@@ -352,6 +360,7 @@ Status P2pBatch::run(const WaitContext& base) {
         waitPeer = p;
       }
     }
+    if (waitPeer < 0) continue;  // the last acknowledgement came in since finished() looked
     WaitContext ctx = base;
     ctx.peerRank = waitPeer;
     ctx.peerPid = pids[waitPeer];
@@ -396,14 +405,19 @@ Status Communicator::runP2p(const std::vector<Task>& tasks) {
           batch.recv(p, out + p * bytes, bytes);
         }
         break;
+      // Gather and Scatter keep the FIFO pipeline: one rank meets all the
+      // others, and its single-copy reads (process_vm_readv walks the pages:
+      // slower per byte than memcpy on a VM) would do alone what the FIFO
+      // splits between sender and receiver (perf/host/p2p_cma.sh: 1.2-1.6x
+      // slower from 4 MiB with single copies, even below).
       case CollType::kGather:
-        batch.send(t.root, in, bytes);
+        batch.send(t.root, in, bytes, /*mayRendezvous=*/false);
         if (rank_ == t.root)
           for (int p = 0; p < nranks_; ++p) batch.recv(p, out + p * bytes, bytes);
         break;
       case CollType::kScatter:
         if (rank_ == t.root)
-          for (int p = 0; p < nranks_; ++p) batch.send(p, in + p * bytes, bytes);
+          for (int p = 0; p < nranks_; ++p) batch.send(p, in + p * bytes, bytes, /*mayRendezvous=*/false);
         batch.recv(t.root, out, bytes);
         break;
       default:

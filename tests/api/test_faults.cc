@@ -103,3 +103,31 @@ TEST_CASE("A wait that passes PLAIT_TIMEOUT fails instead of hanging", "[timeout
   CHECK(codes[0] == 0);
   CHECK(codes[1] == 0);
 }
+
+// A single-copy send (cross-memory attach, the default between local
+// processes where permitted) waits for the receiver to release its
+// descriptor. A receiver that aborts instead must fail that wait: the loop
+// used to see "ready" (the peer aborted) without ever acting on it, and spun.
+TEST_CASE("A single-copy send whose receiver aborts fails instead of spinning", "[faults]") {
+  auto codes = plait_test::runProcesses(2, [](int rank, const ncclUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 10;
+    std::vector<char> buf(1 << 20, 7);
+    if (rank == 0) {  // never receives: aborts while the sender waits, then stays alive
+      usleep(300 * 1000);
+      ncclCommAbort(comm);
+      sleep(3);
+      return 0;
+    }
+    const auto start = Clock::now();
+    ncclResult_t r = ncclSend(buf.data(), buf.size(), ncclChar, 0, comm, nullptr);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    std::string msg = ncclGetLastError(comm);
+    ncclCommAbort(comm);
+    if (r != ncclRemoteError) return 20;
+    if (msg.find("rank 0") == std::string::npos || msg.find("aborted") == std::string::npos) return 21;
+    return ms < 2500 ? 0 : 22;  // before rank 0 exits: the abort, not the death, ended it
+  });
+  CHECK(codes[0] == 0);
+  CHECK(codes[1] == 0);
+}

@@ -145,8 +145,21 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
   peerBase[rank_] = own_->data();
   for (int peer : options_.localRanks) {
     if (peer == rank_) continue;
-    auto seg = SharedSegment::open(std::string(infos[peer].name), segmentBytes());
-    if (!seg.isOk()) return seg.takeStatus().withContext("mapping the shared segment of rank " + std::to_string(peer));
+    const std::string name(infos[peer].name);
+    auto seg = SharedSegment::open(name, segmentBytes());
+    if (!seg.isOk()) {
+      // Its owner keeps the name until every rank has mapped it, so a
+      // missing one means the owner is gone (killed, then swept as stale by
+      // a rank's init, or failed and cleaned up): a remote failure, which
+      // init completes with the names of the dead.
+      if (!SharedSegment::exists(name)) {
+        const int pid = peer < static_cast<int>(options_.pids.size()) ? options_.pids[peer] : -1;
+        return remoteError("rank " + std::to_string(peer) + (pid > 0 ? " (pid " + std::to_string(pid) + ")" : "") +
+                           "'s shared segment is gone before every rank mapped it: that rank left "
+                           "initialisation (failed, aborted or died)");
+      }
+      return seg.takeStatus().withContext("mapping the shared segment of rank " + std::to_string(peer));
+    }
     peerSegments_.push_back(std::move(seg).value());
     peerBase[peer] = peerSegments_.back().data();
   }
