@@ -154,38 +154,7 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
   int want = static_cast<int>(kNChannels.get());
   if (want <= 0) want = defaultHostChannels(usableCores(), static_cast<int>(local.size()));
   if (options.maxChannels > 0) want = std::min(want, options.maxChannels);
-  // Every rank must run the same reproducible mode (its collectives take
-  // other paths): a difference fails init on every rank alike.
-  PLAIT_ASSIGN_OR_RETURN(reproducible_, reproducibleMode());
-  // The host cost model (PLAIT_HOST_COSTS, core/host_costs.h): every rank
-  // must plan alike, so all take rank 0's.
-  std::string costsFile;
-  PLAIT_ASSIGN_OR_RETURN(HostCosts costs, hostCostsFromEnvironment(&costsFile));
-  struct Wants {
-    int32_t channels;
-    int32_t reproducible;
-    HostCosts costs;  // doubles only: no padding goes over the wire
-  };
-  static_assert(sizeof(HostCosts) % sizeof(double) == 0 && sizeof(Wants) == 2 * sizeof(int32_t) + sizeof(HostCosts));
-  std::vector<Wants> wants(nranks_, Wants{0, 0, HostCosts{}});
-  wants[rank_] = Wants{want, reproducible_, costs};
-  PLAIT_RETURN_IF_ERROR(bootstrap_->allGather(wants.data(), sizeof(Wants), deadline));
-  hostCosts_ = wants[0].costs;
-  if (std::memcmp(&costs, &hostCosts_, sizeof costs) != 0)
-    PLAIT_WARN(kInit, "rank %d: its host costs (%s) differ from rank 0's; every rank plans with rank 0's",
-               rank_, costsFile.empty() ? "the defaults" : costsFile.c_str());
-  else if (!costsFile.empty())
-    PLAIT_INFO(kInit, "rank %d: host costs from %s: call %.3g us, hop %.3g us, ring %.4g B/us per channel, "
-               "one-shot %.3g us + %.4g B/us", rank_, costsFile.c_str(), costs.callUs, costs.hopUs,
-               costs.ringBytesPerUs, costs.oneShotUs, costs.oneShotBytesPerUs);
-  int nChannels = want;
-  for (int r = 0; r < nranks_; ++r) {
-    nChannels = std::min(nChannels, static_cast<int>(wants[r].channels));
-    if (wants[r].reproducible != wants[0].reproducible)
-      return invalidUsage("PLAIT_REPRODUCIBLE differs across ranks: rank 0 has " +
-                          std::to_string(wants[0].reproducible) + ", rank " + std::to_string(r) + " has " +
-                          std::to_string(wants[r].reproducible) + "; every rank must use the same mode");
-  }
+  PLAIT_ASSIGN_OR_RETURN(const int nChannels, agreeOnSettings(want, deadline));
   PLAIT_RETURN_IF_ERROR(connectTransports(deadline, nChannels));
   PLAIT_ASSIGN_OR_RETURN(board_, OpBoard::create(*bootstrap_, local, deadline));
   if (local.size() < static_cast<size_t>(nranks_)) {  // every rank sees the same table: all or none create it
@@ -199,6 +168,45 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
   PLAIT_INFO(kInit, "comm %s rank %d nranks %d: %zu local rank(s), %d channel(s)", name_.c_str(), rank_, nranks_,
              local.size(), nChannels);
   return Status::ok();
+}
+
+// What every rank must run alike, agreed over the bootstrap: the channels
+// (the fewest any rank can afford), the reproducible mode (a difference
+// fails init on every rank alike: its collectives take other paths) and
+// the host costs the tuner plans with (rank 0's PLAIT_HOST_COSTS, or the
+// defaults: a plan that differed between ranks would deadlock).
+Result<int> Communicator::agreeOnSettings(int wantChannels, Deadline deadline) {
+  PLAIT_ASSIGN_OR_RETURN(reproducible_, reproducibleMode());
+  std::string costsFile;
+  PLAIT_ASSIGN_OR_RETURN(HostCosts costs, hostCostsFromEnvironment(&costsFile));
+  struct Wants {
+    int32_t channels;
+    int32_t reproducible;
+    HostCosts costs;  // doubles only: no padding goes over the wire
+  };
+  static_assert(sizeof(HostCosts) % sizeof(double) == 0 && sizeof(Wants) == 2 * sizeof(int32_t) + sizeof(HostCosts));
+  std::vector<Wants> wants(nranks_, Wants{0, 0, HostCosts{}});
+  wants[rank_] = Wants{wantChannels, reproducible_, costs};
+  PLAIT_RETURN_IF_ERROR(bootstrap_->allGather(wants.data(), sizeof(Wants), deadline));
+  int nChannels = wantChannels;
+  for (int r = 0; r < nranks_; ++r) {
+    nChannels = std::min(nChannels, static_cast<int>(wants[r].channels));
+    if (wants[r].reproducible != wants[0].reproducible)
+      return invalidUsage("PLAIT_REPRODUCIBLE differs across ranks: rank 0 has " +
+                          std::to_string(wants[0].reproducible) + ", rank " + std::to_string(r) + " has " +
+                          std::to_string(wants[r].reproducible) + "; every rank must use the same mode");
+  }
+  if (nChannels < 1) return remoteError("a rank asked for " + std::to_string(nChannels) + " channels");
+  PLAIT_RETURN_IF_ERROR(checkHostCosts(wants[0].costs, "rank 0's host costs"));
+  hostCosts_ = wants[0].costs;
+  if (std::memcmp(&costs, &hostCosts_, sizeof costs) != 0)
+    PLAIT_WARN(kInit, "rank %d: its host costs (%s) differ from rank 0's; every rank plans with rank 0's", rank_,
+               costsFile.empty() ? "the defaults" : costsFile.c_str());
+  else if (!costsFile.empty())
+    PLAIT_INFO(kInit, "rank %d: host costs from %s: call %.3g us, hop %.3g us, ring %.4g B/us per channel, "
+               "one-shot %.3g us + %.4g B/us", rank_, costsFile.c_str(), costs.callUs, costs.hopUs,
+               costs.ringBytesPerUs, costs.oneShotUs, costs.oneShotBytesPerUs);
+  return nChannels;
 }
 
 Status Communicator::connectTransports(Deadline deadline, int nChannels) {

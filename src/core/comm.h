@@ -193,6 +193,7 @@ class Communicator {
 
  private:
   Status initSteps(const ncclUniqueId& id, const CommOptions& options);
+  Result<int> agreeOnSettings(int wantChannels, Deadline deadline);
   Status connectTransports(Deadline deadline, int nChannels);
   // The CUDA executor's part of init and of each device task (device_path.cc).
   Status connectDevice(OobExchange& oob, const ShmTransportOptions& hostOptions, const std::vector<uint64_t>& hostOf,

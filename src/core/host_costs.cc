@@ -117,6 +117,13 @@ Result<HostCosts> parseHostCosts(std::string_view text, const std::string& sourc
   return costs;
 }
 
+Status checkHostCosts(const HostCosts& costs, const std::string& source) {
+  for (const Field& f : kFields)
+    if (!inRange(f, costs.*(f.member)))
+      return invalidArgument(source + ": " + f.key + " " + number(costs.*(f.member)) + " is outside " + rangeText(f));
+  return Status::ok();
+}
+
 std::string formatHostCosts(const HostCosts& costs, const std::vector<std::string>& comment) {
   std::string out;
   for (const std::string& c : comment) out += "# " + c + "\n";

@@ -39,6 +39,10 @@ inline constexpr const char* kHostCostsVariable = "PLAIT_HOST_COSTS";
 // extra words.
 Result<HostCosts> parseHostCosts(std::string_view text, const std::string& source);
 
+// InvalidArgument naming `source` and the first value out of the ranges
+// parseHostCosts accepts (NaN included); OK otherwise.
+Status checkHostCosts(const HostCosts& costs, const std::string& source);
+
 // The text parseHostCosts reads back to the same values (17 significant
 // digits), after `comment` lines (each prefixed with "# ").
 std::string formatHostCosts(const HostCosts& costs, const std::vector<std::string>& comment = {});

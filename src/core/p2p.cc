@@ -408,8 +408,8 @@ Status Communicator::runP2p(const std::vector<Task>& tasks) {
       // Gather and Scatter keep the FIFO pipeline: one rank meets all the
       // others, and its single-copy reads (process_vm_readv walks the pages:
       // slower per byte than memcpy on a VM) would do alone what the FIFO
-      // splits between sender and receiver (perf/host/p2p_cma.sh: 1.2-1.6x
-      // slower from 4 MiB with single copies, even below).
+      // splits between sender and receiver (perf/host/p2p_cma.sh: 1.15-1.6x
+      // slower from 4 MiB with single copies, no better below).
       case CollType::kGather:
         batch.send(t.root, in, bytes, /*mayRendezvous=*/false);
         if (rank_ == t.root)

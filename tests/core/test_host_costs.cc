@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -85,6 +86,18 @@ TEST_CASE("a bad calibration names the line and what is wrong", "[host_costs]") 
   CHECK(contains(errorOf("hop_us 0\n"), "hop_us 0 is outside (0, 1e+06]"));
   CHECK(contains(errorOf("call_us -1\n"), "call_us -1 is outside [0, 1e+06]"));
   CHECK(contains(errorOf("ring_bytes_per_us 2e9\n"), "outside (0, 1e+09]"));
+}
+
+TEST_CASE("checkHostCosts refuses what a file could not hold (rank 0's costs come over the wire)", "[host_costs]") {
+  CHECK(checkHostCosts(kHostCosts, "built-in").isOk());
+  HostCosts c = kHostCosts;
+  c.ringBytesPerUs = std::nan("");
+  auto s = checkHostCosts(c, "rank 0's host costs");
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(contains(s.message(), "rank 0's host costs: ring_bytes_per_us nan is outside (0, 1e+09]"));
+  c = kHostCosts;
+  c.hopUs = 0;
+  CHECK(contains(checkHostCosts(c, "x").message(), "hop_us 0 is outside"));
 }
 
 TEST_CASE("loading a calibration: missing, oversized and good files, and the variable", "[host_costs]") {
