@@ -97,6 +97,7 @@ Result<CollectiveResult> simulateHostRanks(const HostRunSpec& s, CollType coll, 
   ti.lineMaxBytes = mesh ? kLineMaxMessageBytes : 0;
   ti.fullMesh = mesh && s.hosts == 1;
   ti.costs = s.costs;
+  ti.cpuShare = std::min(1.0, static_cast<double>(s.cores) / s.ranksPerHost);  // as the communicator sets it
   const Tuner tuner(ti);
   Task task;
   task.coll = coll;

@@ -314,6 +314,10 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   ti.lineMaxBytes = mesh ? kLineMaxMessageBytes : 0;
   ti.fullMesh = mesh && ti.nLocalRanks == nranks_;
   ti.costs = hostCosts_;
+  if (so.oversubscribed) {
+    const int cpus = so.localCpus > 0 ? so.localCpus : usableCores();
+    ti.cpuShare = std::clamp(static_cast<double>(cpus) / static_cast<double>(so.localRanks.size()), 0.01, 1.0);
+  }
   tuner_ = std::make_unique<Tuner>(ti);
   scratch_.resize(so.mesh.stepBytes);
   oneShotInputs_.resize(nranks_);

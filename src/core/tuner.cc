@@ -101,7 +101,7 @@ Tuner::Tuner(const TunerInputs& inputs) : in_(inputs) {
 
 double Tuner::oneShotUs(size_t bytes) const {
   const HostCosts& c = in_.costs;
-  return c.oneShotUs + static_cast<double>(bytes) * in_.nranks / c.oneShotBytesPerUs;
+  return c.oneShotUs + static_cast<double>(bytes) * in_.nranks / (c.oneShotBytesPerUs * in_.cpuShare);
 }
 
 // Bytes each link carries and hand-offs on the critical path, per
@@ -111,7 +111,7 @@ double Tuner::ringUs(CollType coll, size_t bytes, int nChannels) const {
   const int n = in_.nranks;
   const HostCosts& c = in_.costs;
   return c.callUs + ringSteps(coll, n) * c.hopUs +
-         ringBytesPerLink(coll, n) * static_cast<double>(bytes) / (c.ringBytesPerUs * nChannels);
+         ringBytesPerLink(coll, n) * static_cast<double>(bytes) / (c.ringBytesPerUs * nChannels * in_.cpuShare);
 }
 
 void Tuner::fillRingSlicing(size_t bytes, Plan* plan) const {

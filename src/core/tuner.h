@@ -51,6 +51,11 @@ struct TunerInputs {
   size_t lineMaxBytes = 0;     // largest message of the mesh's line FIFOs
   bool fullMesh = false;       // every peer reachable through a mesh connector
   HostCosts costs = kHostCosts;  // the host model's numbers (PLAIT_HOST_COSTS: core/host_costs.h)
+  // The share of a core each local rank gets: below 1 when ranks outnumber
+  // cores. Copies and reductions are CPU work, so the byte terms divide by
+  // it; hand-offs do not (the one-shot, n reads per rank, then costs more
+  // than the ring, about two per rank).
+  double cpuShare = 1;
 };
 
 class Tuner {

@@ -183,9 +183,11 @@ TEST_CASE("the fit clamps what it cannot believe and refuses what it cannot fit"
   CHECK(contains(negative.status().message(), "is not a measurement"));
 }
 
-Plan planWith(const HostCosts& costs, size_t bytes, CollType coll = CollType::kAllReduce) {
+Plan planWith(const HostCosts& costs, size_t bytes, CollType coll = CollType::kAllReduce, int nranks = 2,
+               double cpuShare = 1) {
   TunerInputs ti;
-  ti.nranks = ti.nLocalRanks = 2;
+  ti.nranks = ti.nLocalRanks = nranks;
+  ti.cpuShare = cpuShare;
   ti.nChannels = 1;
   ti.ringStepBytes = 128 << 10;
   ti.meshStepBytes = 32 << 10;
@@ -236,6 +238,18 @@ std::string tunerWarnings(const char* name, const char* value) {
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::remove(path);
   return text;
+}
+
+TEST_CASE("ranks that share cores price copies higher, the one-shot's n reads most", "[tuner]") {
+  // 4 ranks on 2 cores (perf/host/calibrate.sh's runs: one-shot ahead at 4-8 KiB, the ring at 16-32 KiB).
+  CHECK(planWith(kHostCosts, 8 << 10, CollType::kAllReduce, 4, 0.5).algo == Algorithm::kOneShot);
+  CHECK(planWith(kHostCosts, 16 << 10, CollType::kAllReduce, 4, 0.5).algo == Algorithm::kRing);
+  CHECK(planWith(kHostCosts, 32 << 10, CollType::kAllReduce, 4, 0.5).algo == Algorithm::kRing);
+  // A core each: one-shot up to the mesh step.
+  CHECK(planWith(kHostCosts, 16 << 10, CollType::kAllReduce, 4, 1).algo == Algorithm::kOneShot);
+  // Latency terms do not scale: at 8 B only the byte terms would, and they are nothing.
+  CHECK(planWith(kHostCosts, 8, CollType::kAllReduce, 4, 0.5).predictedUs ==
+        Approx(planWith(kHostCosts, 8, CollType::kAllReduce, 4, 1).predictedUs).epsilon(0.01));
 }
 
 TEST_CASE("PLAIT_ALGO takes NCCL_ALGO's syntax, per collective too", "[tuner]") {
