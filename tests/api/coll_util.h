@@ -49,47 +49,6 @@ inline std::vector<int> rootsFor(int nranks) {
   return roots;
 }
 
-// Element i of the pattern `seed`: well-mixed bits of the element's width.
-// For floating types the exponent's top bit is cleared, so the pattern is
-// never Inf or NaN (a copy that goes through arithmetic keeps it intact).
-inline uint64_t patternBits(ncclDataType_t t, uint64_t seed, size_t i) {
-  uint64_t z = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(i) + 0x632be59bd9b4e019ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  const int bits = static_cast<int>(sizeOf(t)) * 8;
-  if (bits < 64) z &= (uint64_t(1) << bits) - 1;
-  if (isFloat(t)) z &= ~(uint64_t(1) << (bits - 2));
-  return z;
-}
-
-// Seed of rank `rank`'s data for block `block` (block -1: the whole input).
-inline uint64_t seedOf(int rank, int block) { return 1000003ull * static_cast<uint64_t>(rank + 1) + block + 7; }
-
-// Writes count pattern elements starting at element `first` of buf, pattern
-// indices starting at 0.
-inline void fillPattern(void* buf, size_t first, size_t count, ncclDataType_t t, uint64_t seed) {
-  const size_t w = sizeOf(t);
-  char* p = static_cast<char*>(buf) + first * w;
-  for (size_t i = 0; i < count; ++i) {
-    const uint64_t v = patternBits(t, seed, i);
-    std::memcpy(p + i * w, &v, w);  // little-endian: the low bytes
-  }
-}
-
-// Index of the first element of got that differs from pattern `seed`, or -1.
-inline long long patternMismatch(const void* got, size_t first, size_t count, ncclDataType_t t, uint64_t seed) {
-  const size_t w = sizeOf(t);
-  const char* p = static_cast<const char*>(got) + first * w;
-  for (size_t i = 0; i < count; ++i) {
-    const uint64_t want = patternBits(t, seed, i);
-    uint64_t v = 0;
-    std::memcpy(&v, p + i * w, w);
-    if (v != want) return static_cast<long long>(i);
-  }
-  return -1;
-}
-
 // A host buffer of `elems` elements followed by guard bytes; everything
 // starts as the sentinel byte. Checks that nothing was written past the end
 // or, where nothing may be written at all, that the bytes are unchanged.
@@ -151,16 +110,11 @@ class Guarded {
   char* data() { return base() + offset_; }
   const char* data() const { return base() + offset_; }
   size_t bytes() const { return bytes_; }
-  bool guardIntact() const {
-    for (size_t g = 0; g < kGuardBytes; ++g)
-      if (static_cast<unsigned char>(data()[bytes_ + g]) != kGuard) return false;
-    return true;
-  }
+  bool guardIntact() const { return firstByteNot(data() + bytes_, kGuardBytes, kGuard) < 0; }
   // First byte in [from, to) that is not the sentinel, or -1.
   long long sentinelBroken(size_t from, size_t to) const {
-    for (size_t b = from; b < to; ++b)
-      if (static_cast<unsigned char>(data()[b]) != kSentinel) return static_cast<long long>(b);
-    return -1;
+    const long long b = to > from ? firstByteNot(data() + from, to - from, kSentinel) : -1;
+    return b < 0 ? -1 : static_cast<long long>(from) + b;
   }
 
  private:
@@ -222,6 +176,21 @@ class Checker {
   }
   void guard(const char* what, const Guarded& buf) {
     if (error_.empty() && !buf.guardIntact()) error_ = case_.str() + ": wrote past the end of " + what;
+  }
+  // Elements [first, first+count) of buf must hold the case's rank's inputs
+  // for op, indices index0... of the reduced vector (values.h).
+  void inputs(const char* what, const void* buf, size_t first, size_t count, ncclRedOp_t op, size_t index0) {
+    if (!error_.empty()) return;
+    const Mismatch m = firstInputMismatch(buf, first, count, case_.type, op, case_.rank, index0);
+    if (m.index >= 0) value(what, first + static_cast<size_t>(m.index), m.got, m.want, 0);
+  }
+  // Elements [0, count) of buf must hold the reduction by op over the case's
+  // ranks of indices index0... (values.h), within its tolerance.
+  void reduced(const char* what, const void* buf, size_t count, ncclRedOp_t op, size_t index0) {
+    if (!error_.empty()) return;
+    const Mismatch m = firstReducedMismatch(buf, 0, count, case_.type, op, case_.nranks, index0);
+    if (m.index >= 0)
+      value(what, static_cast<size_t>(m.index), m.got, m.want, tolerance(case_.type, op, case_.nranks, m.want));
   }
   // A value check: got must be within tol of want.
   void value(const char* what, size_t index, double got, double want, double tol) {

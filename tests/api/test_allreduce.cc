@@ -24,21 +24,17 @@ std::string checkOne(int rank, int nranks, ncclComm_t comm, ncclDataType_t t, nc
                      bool inPlace) {
   const size_t bytes = count * sizeOf(t);
   std::vector<char> send(bytes + 64), recv(bytes + 64, 0x5a);
-  for (size_t i = 0; i < count; ++i) store(send.data(), i, t, inputValue(t, op, rank, i));
+  fillInputs(send.data(), 0, count, t, op, rank, 0);
   void* out = inPlace ? send.data() : recv.data();
   // Guard bytes after the output must survive.
   std::memset(static_cast<char*>(out) + bytes, 0x77, 64);
   if (ncclAllReduce(send.data(), out, count, t, op, comm, nullptr) != ncclSuccess)
     return std::string("ncclAllReduce failed: ") + ncclGetLastError(comm);
-  for (size_t i = 0; i < count; ++i) {
-    const double want = expectedValue(t, op, nranks, i);
-    const double got = load(out, i, t);
-    if (std::fabs(got - want) > tolerance(t, op, nranks, want)) {
-      std::ostringstream os;
-      os << "type " << t << " op " << op << " count " << count << (inPlace ? " in-place" : " out-of-place")
-         << ": element " << i << " is " << got << ", expected " << want;
-      return os.str();
-    }
+  if (const Mismatch m = firstReducedMismatch(out, 0, count, t, op, nranks, 0); m.index >= 0) {
+    std::ostringstream os;
+    os << "type " << t << " op " << op << " count " << count << (inPlace ? " in-place" : " out-of-place")
+       << ": element " << m.index << " is " << m.got << ", expected " << m.want;
+    return os.str();
   }
   for (int g = 0; g < 64; ++g)
     if (static_cast<unsigned char>(static_cast<char*>(out)[bytes + g]) != 0x77)

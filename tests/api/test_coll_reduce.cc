@@ -8,27 +8,15 @@ using namespace plait_test;
 
 namespace coll_reduce {
 
-// Fills elements [first, first+count) of buf with rank's inputs for op,
-// indexed from `index0` in the reduced vector.
-void fillInputs(void* buf, size_t first, size_t count, ncclDataType_t t, ncclRedOp_t op, int rank, size_t index0) {
-  for (size_t i = 0; i < count; ++i) store(buf, first + i, t, inputValue(t, op, rank, index0 + i));
-}
-
 // Elements [first, first+count) of buf must still hold rank's inputs.
 void expectInputs(Checker& chk, const char* what, const void* buf, size_t first, size_t count, const CaseInfo& c,
                   size_t index0) {
-  const auto op = static_cast<ncclRedOp_t>(c.op);
-  for (size_t i = 0; i < count && chk.error().empty(); ++i)
-    chk.value(what, first + i, load(buf, first + i, c.type), inputValue(c.type, op, c.rank, index0 + i), 0);
+  chk.inputs(what, buf, first, count, static_cast<ncclRedOp_t>(c.op), index0);
 }
 
 // Elements [0, count) of buf must hold the reduction of indices index0...
 void expectReduced(Checker& chk, const char* what, const void* buf, size_t count, const CaseInfo& c, size_t index0) {
-  const auto op = static_cast<ncclRedOp_t>(c.op);
-  for (size_t i = 0; i < count && chk.error().empty(); ++i) {
-    const double want = expectedValue(c.type, op, c.nranks, index0 + i);
-    chk.value(what, i, load(buf, i, c.type), want, tolerance(c.type, op, c.nranks, want));
-  }
+  chk.reduced(what, buf, count, static_cast<ncclRedOp_t>(c.op), index0);
 }
 
 // Reduce: only root's recvbuff is written; in place when sendbuff ==

@@ -96,16 +96,14 @@ std::string describe(const Case& c, bool inPlace, const char* what) {
 std::string allReduceOnce(int rank, int nranks, ncclComm_t comm, const Buffers& bufs, const Case& c, bool inPlace,
                           std::vector<char>* out) {
   const size_t bytes = c.count * sizeOf(c.type);
-  for (size_t i = 0; i < c.count; ++i) store(bufs.send(), i, c.type, inputValue(c.type, c.op, rank, i));
+  fillInputs(bufs.send(), 0, c.count, c.type, c.op, rank, 0);
   char* result = inPlace ? bufs.send() : bufs.recv();
   if (ncclAllReduce(bufs.send(), result, c.count, c.type, c.op, comm, nullptr) != ncclSuccess)
     return describe(c, inPlace, "ncclAllReduce failed") + ": " + ncclGetLastError(comm);
-  for (size_t i = 0; i < c.count; ++i) {
-    const double want = expectedValue(c.type, c.op, nranks, i), got = load(result, i, c.type);
-    if (std::fabs(got - want) > tolerance(c.type, c.op, nranks, want))
-      return describe(c, inPlace, "wrong") + ": element " + std::to_string(i) + " is " + std::to_string(got) +
-             ", expected " + std::to_string(want);
-  }
+  const Mismatch m = firstReducedMismatch(result, 0, c.count, c.type, c.op, nranks, 0);
+  if (m.index >= 0)
+    return describe(c, inPlace, "wrong") + ": element " + std::to_string(m.index) + " is " + std::to_string(m.got) +
+           ", expected " + std::to_string(m.want);
   out->assign(result, result + bytes);
   return "";
 }
