@@ -36,10 +36,13 @@ fi
 # some tests with exactly the main build's commands (184 of its 240), and
 # gets those objects from the cache instead of compiling them again. Depend
 # mode: no preprocessor run on a miss. The cache is build-ccache/ (a fresh
-# clone starts empty), or $CCACHE_DIR where one is set.
+# clone starts empty), or $CCACHE_DIR where one is set. The sloppiness lets
+# ccache cache the test files that use Catch2's precompiled header
+# (PLAIT_TEST_PCH; no __DATE__ or __TIME__ anywhere) instead of passing them by.
 launcher=()
 if command -v ccache >/dev/null; then
-  export CCACHE_DIR="${CCACHE_DIR:-$ROOT/build-ccache}" CCACHE_DEPEND=1 CCACHE_NOHASHDIR=1
+  export CCACHE_DIR="${CCACHE_DIR:-$ROOT/build-ccache}" CCACHE_DEPEND=1 CCACHE_NOHASHDIR=1 \
+    CCACHE_SLOPPINESS=pch_defines,time_macros
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 # The PyTorch backend's environment (torch from PyPI, about 3 GB to fetch and
