@@ -296,7 +296,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   pids_ = so.pids;  // remote ranks' pids cleared
   PLAIT_ASSIGN_OR_RETURN(shm_, ShmTransport::connect(oob, so, deadline));
   PLAIT_ASSIGN_OR_RETURN(cma_, probeCma(*bootstrap_, so.localRanks, deadline));
-  PLAIT_ASSIGN_OR_RETURN(direct_, DirectPath::create(oob, shm_.get(), deadline));
+  PLAIT_ASSIGN_OR_RETURN(direct_, DirectPath::create(oob, shm_.get(), cma_, deadline));
   direct_->setReproducible(reproducible_);
   deviceHostOptions_ = so;
   deviceHostOptions_.dedicatedCores = false;  // the device path's host threads share the rank's CPUs

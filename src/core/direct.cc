@@ -35,10 +35,28 @@ PLAIT_PARAM_INT(kDirectStreamBytes, "DIRECT_STREAM_BYTES", 32 << 20,
                 "direct out-of-place outputs of at least this many bytes are written with streaming stores");
 PLAIT_PARAM_INT(kDirectGatherPush, "DIRECT_ALLGATHER_PUSH", 0,
                 "direct AllGather: 0 each rank pulls peers' inputs, 1 each rank pushes its input to peers");
+PLAIT_PARAM_INT(kDirectCma, "DIRECT_CMA", 1,
+                "direct AllGather, Broadcast, Scatter, Gather and AlltoAll on unregistered buffers of local processes, "
+                "by cross-memory attach where PLAIT_P2P_CMA agreed it (0: registered buffers only)");
+// perf/host/direct_cma.sh (perf/results/host/direct_cma.md): at 2 ranks
+// AllGather takes 0.5-0.75x the ring's time at 64-256 KiB in every run, and
+// from 1 MiB the same as the ring's fast runs (the ring's time there varies 2x
+// from run to run; this path's does not); Broadcast 0.8x at 1-4 MiB, Scatter
+// 0.75-0.9x from 4 MiB. With no size limit, AllGather and Broadcast took up to
+// 1.5x the ring's time from 16 MiB: their rings read each input from memory
+// once and pass it on through the caches, every rank copying, where each
+// reader here fetches it from memory again. Below 32 KiB per copy a system
+// call per peer is not worth it (not resolved by measurement: the figures
+// there swing by 40% between identical runs).
+PLAIT_PARAM_INT(kDirectCmaMinBytes, "DIRECT_CMA_MIN_BYTES", 32 << 10,
+                "cross-memory attach on unregistered buffers where each copy (one rank's block) is at least this large");
+PLAIT_PARAM_INT(kDirectCmaMaxBytes, "DIRECT_CMA_MAX_BYTES", 8 << 20,
+                "and for AllGather and Broadcast only while their largest buffer is at most this large");
 PLAIT_PARAM_INT(kDirectMaxMappings, "DIRECT_MAX_MAPPINGS", 256, "peer allocations a communicator keeps mapped");
 
 constexpr int32_t kNone = -1;     // BufferRef::fd: not usable by peers
 constexpr int32_t kPointer = -2;  // BufferRef::fd: `where` is an address (every rank is in this process)
+constexpr int32_t kCma = -3;      // BufferRef::fd: `where` is an address in the describing rank's process
 constexpr size_t kProbeBytes = 4096;
 
 static_assert(sizeof(DirectPath::Descriptor) <= kLinePayloadBytes, "a descriptor must fit one line");
@@ -49,12 +67,14 @@ struct ProbeInfo {
   uint64_t token = 0;
   uint64_t minBytes = 0;
   uint64_t minBytesUnsynced = 0;
+  uint64_t cmaMinBytes = 0;
+  uint64_t cmaMaxBytes = 0;
   int32_t pid = 0;
   int32_t fd = -1;
   int32_t want = 0;  // PLAIT_DIRECT on here
   int32_t push = 0;  // PLAIT_DIRECT_ALLGATHER_PUSH here
   int32_t ok = 0;    // round 2: this rank mapped every peer's probe
-  int32_t pad = 0;
+  int32_t cma = 0;   // PLAIT_DIRECT_CMA here
 };
 
 // Maps peer `p`'s probe and checks its token; returns "" or why not.
@@ -86,7 +106,8 @@ const char* bufferName(bool send) { return send ? "sendbuff" : "recvbuff"; }
 
 // ---- creation ---------------------------------------------------------------------
 
-Result<std::unique_ptr<DirectPath>> DirectPath::create(OobExchange& oob, ShmTransport* shm, Deadline deadline) {
+Result<std::unique_ptr<DirectPath>> DirectPath::create(OobExchange& oob, ShmTransport* shm, bool cma,
+                                                       Deadline deadline) {
   std::unique_ptr<DirectPath> d(new DirectPath());
   d->rank_ = oob.rank();
   d->nranks_ = oob.nranks();
@@ -96,6 +117,9 @@ Result<std::unique_ptr<DirectPath>> DirectPath::create(OobExchange& oob, ShmTran
   if (d->nranks_ < 2 || !allLocal) return d;
   PLAIT_RETURN_IF_ERROR(d->probe(oob, deadline));
   if (!d->enabled_) return d;
+  if (cma && d->cmaWanted_ && !d->oneProcess_)
+    PLAIT_INFO(kInit, "direct AllGather, Broadcast, Scatter, Gather and AlltoAll on unregistered buffers too, "
+               "by cross-memory attach");
   constexpr int64_t kMaxChunkBytes = int64_t{1} << 30;
   constexpr int64_t kMaxMappings = int64_t{1} << 16;
   if (kDirectChunkBytes.get() < 0 || kDirectChunkBytes.get() > kMaxChunkBytes)
@@ -109,7 +133,10 @@ Result<std::unique_ptr<DirectPath>> DirectPath::create(OobExchange& oob, ShmTran
   d->scratch_.resize(d->chunkBytes_);
   d->mappings_ = std::make_unique<PeerMappings>(
       std::max<size_t>(static_cast<size_t>(std::max<int64_t>(0, kDirectMaxMappings.get())), 2 * d->nranks_ + 2));
+  d->cma_ = cma && d->cmaWanted_ && !d->oneProcess_;
   d->descs_.resize(d->nranks_);
+  d->sendCma_.resize(d->nranks_);
+  d->recvCma_.resize(d->nranks_);
   d->sends_.resize(d->nranks_);
   d->recvs_.resize(d->nranks_);
   d->dsts_.resize(d->nranks_);
@@ -127,6 +154,9 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
   mine.pid = static_cast<int32_t>(getpid());
   mine.want = kDirect.get() != 0;
   mine.push = kDirectGatherPush.get() != 0;
+  mine.cma = kDirectCma.get() != 0;
+  mine.cmaMinBytes = static_cast<uint64_t>(std::max<int64_t>(0, kDirectCmaMinBytes.get()));
+  mine.cmaMaxBytes = static_cast<uint64_t>(std::max<int64_t>(0, kDirectCmaMaxBytes.get()));
   mine.minBytes = static_cast<uint64_t>(std::max<int64_t>(1, kDirectMinBytes.get()));
   mine.minBytesUnsynced = static_cast<uint64_t>(std::max<int64_t>(1, kDirectUnsyncedMinBytes.get()));
   mine.token = randomToken();
@@ -161,6 +191,9 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
     identities_.push_back(info[r].identity);
   }
   gatherPush_ = info[0].push != 0;
+  cmaMinBytes_ = info[0].cmaMinBytes;  // rank 0's, as every rank must decide alike
+  cmaMaxBytes_ = info[0].cmaMaxBytes;
+  cmaWanted_ = std::all_of(info.begin(), info.end(), [](const ProbeInfo& i) { return i.cma != 0; });
   if (!enabled_) minBytes_ = minBytesUnsynced_ = SIZE_MAX;
   if (enabled_) {
     PLAIT_INFO(kInit, "direct collectives on registered buffers: on from %zu bytes (%zu for the rooted ones and "
@@ -218,16 +251,22 @@ Result<bool> DirectPath::run(const Task& task) {
   PLAIT_ASSIGN_OR_RETURN(bool direct, exchange(task));
   if (!direct) return false;
   Status s = resolve(task);
-  if (s.isOk()) execute(task);
+  if (s.isOk()) s = execute(task);
   PLAIT_RETURN_IF_ERROR(finish(std::move(s)));
   return true;
 }
 
-DirectPath::BufferRef DirectPath::describe(const void* ptr, size_t bytes) const {
+DirectPath::BufferRef DirectPath::describe(const void* ptr, size_t bytes, bool cmaOk) const {
   BufferRef ref;
   ref.fd = kNone;
   Registration reg;
-  if (!registrations_.find(ptr, bytes, &reg)) return ref;
+  if (!registrations_.find(ptr, bytes, &reg)) {
+    if (cmaOk && ptr != nullptr) {  // peers copy by process_vm_readv/writev
+      ref.fd = kCma;
+      ref.where = reinterpret_cast<uintptr_t>(ptr);
+    }
+    return ref;
+  }
   if (oneProcess_) {
     ref.fd = kPointer;
     ref.where = reinterpret_cast<uintptr_t>(ptr);
@@ -252,8 +291,13 @@ Result<bool> DirectPath::exchange(const Task& task) {
   mine.scalar = reduction ? task.op.scalar : 0;
   mine.send.fd = mine.recv.fd = kNone;
   const Touched me = touched(task, rank_);
-  if (me.send) mine.send = describe(task.sendbuff, me.sendBytes);
-  if (me.recv) mine.recv = describe(task.recvbuff, me.recvBytes);
+  // Every input of this is the same on every rank, so is the verdict.
+  const size_t block = task.count * typeSize(task.type);
+  const bool ring = task.coll == CollType::kAllGather || task.coll == CollType::kBroadcast;
+  const size_t largest = task.coll == CollType::kAllGather ? block * nranks_ : block;
+  const bool cmaOk = cma_ && !reduction && block >= cmaMinBytes_ && !(ring && largest > cmaMaxBytes_);
+  if (me.send) mine.send = describe(task.sendbuff, me.sendBytes, cmaOk);
+  if (me.recv) mine.recv = describe(task.recvbuff, me.recvBytes, cmaOk);
   // In place, peers would read blocks of this rank's input it overwrites.
   if (task.coll == CollType::kAlltoAll && task.sendbuff == task.recvbuff) mine.send.fd = kNone;
   for (int p = 0; p < nranks_; ++p)
@@ -269,10 +313,14 @@ Result<bool> DirectPath::exchange(const Task& task) {
                           std::to_string(mine.count) + " (shape " + std::to_string(mine.shape) +
                           "; the shape encodes collective, type, op, PLAIT_DIRECT_ALLGATHER_PUSH and root)");
   }
+  bool anyCma = false;
   for (int p = 0; p < nranks_; ++p) {
     const Touched u = touched(task, p);
     for (bool send : {true, false}) {
-      if (!(send ? u.send : u.recv) || (send ? descs_[p].send : descs_[p].recv).fd != kNone) continue;
+      if (!(send ? u.send : u.recv)) continue;
+      const int32_t fd = (send ? descs_[p].send : descs_[p].recv).fd;
+      if (fd == kCma && p != rank_ && cmaOk) anyCma = true;
+      if (fd != kNone && (fd != kCma || cmaOk)) continue;
       const std::string why = "rank " + std::to_string(p) + "'s " + bufferName(send) +
                               " is not in registered memory that every rank can map" +
                               (task.coll == CollType::kAlltoAll && send ? " (or the AlltoAll is in place)" : "");
@@ -280,7 +328,7 @@ Result<bool> DirectPath::exchange(const Task& task) {
       return false;
     }
   }
-  logOnce(task, true, "");
+  logOnce(task, true, anyCma ? " by cross-memory attach" : "");
   return true;
 }
 
@@ -290,6 +338,7 @@ Status DirectPath::resolve(const Task& task) {
   for (int p = 0; p < nranks_; ++p) {
     sends_[p] = nullptr;
     recvs_[p] = nullptr;
+    sendCma_[p] = recvCma_[p] = 0;
     if (p == rank_) {
       sends_[p] = static_cast<const char*>(task.sendbuff);
       recvs_[p] = static_cast<char*>(task.recvbuff);
@@ -299,17 +348,20 @@ Status DirectPath::resolve(const Task& task) {
     if (u.send) {
       PLAIT_ASSIGN_OR_RETURN(char* s, peerAddress(p, descs_[p].send, u.sendBytes));
       sends_[p] = s;
+      sendCma_[p] = descs_[p].send.fd == kCma;
     }
     if (u.recv) {
       PLAIT_ASSIGN_OR_RETURN(char* r, peerAddress(p, descs_[p].recv, u.recvBytes));
       recvs_[p] = r;
+      recvCma_[p] = descs_[p].recv.fd == kCma;
     }
   }
   return Status::ok();
 }
 
 Result<char*> DirectPath::peerAddress(int peer, const BufferRef& ref, size_t bytes) {
-  if (ref.fd == kPointer) return reinterpret_cast<char*>(static_cast<uintptr_t>(ref.where));
+  // kCma: an address in the peer, used only through transfer().
+  if (ref.fd == kPointer || ref.fd == kCma) return reinterpret_cast<char*>(static_cast<uintptr_t>(ref.where));
   if (identities_[peer] == identities_[rank_]) {  // a thread of this process: its allocation is ours too
     void* base = host_memory::baseOf(ref.fd, ref.generation);
     if (base == nullptr)
@@ -345,7 +397,7 @@ void DirectPath::logOnce(const Task& task, bool direct, const char* why) {
   if (logged) return;
   logged = true;
   PLAIT_INFO(kColl, "%s %zu bytes: %s%s (first time; later operations are logged at TRACE)", collName(task.coll),
-             bytes, direct ? "direct on registered buffers" : "FIFO path: ", why);
+             bytes, direct ? (*why ? "direct" : "direct on registered buffers") : "FIFO path: ", why);
 }
 
 }  // namespace plait

@@ -40,6 +40,20 @@
 // use and the mapping cached (buffer_registry.h). Creation probes, once,
 // that every rank can map every other rank's memory; if not, direct
 // operation stays off and registration still works.
+//
+// Unregistered buffers of the data movers (AllGather, Broadcast, Scatter,
+// Gather, AlltoAll) between processes: where the communicator agreed
+// cross-memory attach at init (probeCma), a rank describes such a buffer by
+// its address, and its peers copy straight out of it (process_vm_readv) or
+// into it (process_vm_writev, Gather and AllGather push): one copy by the
+// kernel instead of two through the FIFOs. The same agreement and completion
+// handshake keep every buffer alive and unchanged while peers use it; it is
+// used where each copy is at least PLAIT_DIRECT_CMA_MIN_BYTES (32 KiB) and,
+// for AllGather and Broadcast, whose rings pass data on through the caches,
+// up to PLAIT_DIRECT_CMA_MAX_BYTES (8 MiB) of their largest buffer. The
+// reductions do not use it: a reduction needs the peers' inputs in this
+// address space, and reading them into a scratch buffer first costs what the
+// FIFO path costs.
 #pragma once
 
 #include <cstddef>
@@ -62,7 +76,11 @@ class DirectPath {
   // when every rank is on this host, nranks > 1, PLAIT_DIRECT is not 0 and
   // the mapping probe succeeded everywhere. Blocks on the out-of-band
   // exchange until `deadline`.
-  static Result<std::unique_ptr<DirectPath>> create(OobExchange& oob, ShmTransport* shm, Deadline deadline);
+  // `cma`: the communicator agreed cross-memory attach between its local
+  // ranks (the same on every rank); unregistered buffers of the data movers
+  // then go direct too.
+  static Result<std::unique_ptr<DirectPath>> create(OobExchange& oob, ShmTransport* shm, bool cma,
+                                                    Deadline deadline);
   ~DirectPath();
   DirectPath(const DirectPath&) = delete;
   DirectPath& operator=(const DirectPath&) = delete;
@@ -100,7 +118,7 @@ class DirectPath {
   // Where a buffer of this rank lies, as peers see it (one line, with the
   // rest of the descriptor). Public for the implementation's helpers.
   struct BufferRef {
-    int32_t fd = -1;  // >= 0: memfd; kNone: not usable; kPointer: `where` is an address
+    int32_t fd = -1;  // >= 0: memfd; kNone: not usable; kPointer: `where` is an address; kCma: the same, in the peer
     uint32_t generation = 0;
     uint64_t where = 0;  // memfd: offset in the allocation
   };
@@ -121,14 +139,19 @@ class DirectPath {
   };
   Touched touched(const Task& task, int p) const;
   Status probe(OobExchange& oob, Deadline deadline);
-  BufferRef describe(const void* ptr, size_t bytes) const;
+  BufferRef describe(const void* ptr, size_t bytes, bool cmaOk) const;
   Result<bool> exchange(const Task& task);
   Status resolve(const Task& task);
   Result<char*> peerAddress(int peer, const BufferRef& ref, size_t bytes);
   Status finish(Status mine);
   void logOnce(const Task& task, bool direct, const char* why);
   // The algorithms (direct_algorithms.cc), on sends_ / recvs_.
-  void execute(const Task& task);
+  Status execute(const Task& task);
+  // The data movers' copy of `count` elements from src to dst, where src is
+  // in `peer`'s address space if sendCma_[peer] (process_vm_readv), or dst if
+  // toPeer and recvCma_[peer] (process_vm_writev); else both are mapped here.
+  Status transfer(const Task& task, int peer, bool toPeer, const char* src, char* dst, size_t count,
+                  bool nonTemporal) const;
   void allReduce(const Task& task);
   void reduce(const Task& task);
   void reduceScatter(const Task& task);
@@ -138,7 +161,7 @@ class DirectPath {
   // reduceInto in the reproducible mode: the rank-order fold (or exact sum)
   // of the inputs each scaled and rounded by its own rank's scalar.
   void foldInto(const Task& task, size_t srcAt, size_t count, char* const* dsts, int nDsts, bool nonTemporal);
-  void allGather(const Task& task, bool push);
+  Status allGather(const Task& task, bool push);
   void copy(const Task& task, const char* src, char* dst, size_t count, bool nonTemporal) const;
 
   int rank_ = 0;
@@ -155,6 +178,11 @@ class DirectPath {
   std::vector<int> pids_;
   std::vector<uint64_t> identities_;  // per rank: host_memory::processIdentity()
   bool oneProcess_ = false;           // every rank is a thread of this process
+  bool cma_ = false;                  // unregistered data-mover buffers go by cross-memory attach
+  bool cmaWanted_ = false;            // PLAIT_DIRECT_CMA on every rank
+  size_t cmaMinBytes_ = 0;            // PLAIT_DIRECT_CMA_MIN_BYTES / _MAX_BYTES as rank 0 has them
+  size_t cmaMaxBytes_ = SIZE_MAX;
+  std::vector<uint8_t> sendCma_, recvCma_;  // per rank, this operation's: sends_/recvs_ is that peer's address
   std::vector<Descriptor> descs_;     // per rank, this operation's
   std::vector<const char*> sends_;    // per rank, this operation's input in this address space
   std::vector<char*> recvs_;          // per rank, this operation's output (AllGather pull: own only)

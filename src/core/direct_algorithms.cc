@@ -5,16 +5,17 @@
 #include <algorithm>
 
 #include "algorithms/types.h"
+#include "base/cma.h"
 #include "core/direct.h"
 #include "core/reproducible.h"
 
 namespace plait {
 
-void DirectPath::execute(const Task& task) {
+Status DirectPath::execute(const Task& task) {
   switch (task.coll) {
-    case CollType::kAllReduce: return allReduce(task);
-    case CollType::kReduce: return reduce(task);
-    case CollType::kReduceScatter: return reduceScatter(task);
+    case CollType::kAllReduce: allReduce(task); return Status::ok();
+    case CollType::kReduce: reduce(task); return Status::ok();
+    case CollType::kReduceScatter: reduceScatter(task); return Status::ok();
     case CollType::kAllGather: return allGather(task, gatherPush_);
     default: break;
   }
@@ -23,24 +24,41 @@ void DirectPath::execute(const Task& task) {
   const char* send = static_cast<const char*>(task.sendbuff);
   char* recv = static_cast<char*>(task.recvbuff);
   const bool stream = b >= streamBytes_;
+  const int root = task.root;
   switch (task.coll) {
     case CollType::kBroadcast:  // pull the root's input
-      copy(task, sends_[task.root], recv, task.count, stream);
-      break;
+      return transfer(task, root, false, sends_[root], recv, task.count, stream);
     case CollType::kScatter:  // pull this rank's block of the root's input
-      copy(task, sends_[task.root] + b * rank_, recv, task.count, stream);
-      break;
+      return transfer(task, root, false, sends_[root] + b * rank_, recv, task.count, stream);
     case CollType::kGather:  // push the input into this rank's block of the root's output
-      copy(task, send, recvs_[task.root] + b * rank_, task.count, stream);
-      break;
+      return transfer(task, root, true, send, recvs_[root] + b * rank_, task.count, stream);
     case CollType::kAlltoAll:  // block r of every input; peers in turn, starting after this rank
       for (int k = 0; k < nranks_; ++k) {
         const int p = (rank_ + k) % nranks_;
-        copy(task, sends_[p] + b * rank_, recv + b * p, task.count, b * nranks_ >= streamBytes_);
+        PLAIT_RETURN_IF_ERROR(
+            transfer(task, p, false, sends_[p] + b * rank_, recv + b * p, task.count, b * nranks_ >= streamBytes_));
       }
-      break;
-    default: break;
+      return Status::ok();
+    default: return Status::ok();
   }
+}
+
+Status DirectPath::transfer(const Task& task, int peer, bool toPeer, const char* src, char* dst, size_t count,
+                            bool nonTemporal) const {
+  const size_t bytes = count * typeSize(task.type);
+  if (!toPeer && sendCma_[peer]) {
+    if (const int err = cmaRead(pids_[peer], dst, reinterpret_cast<uintptr_t>(src), bytes); err != 0)
+      return remoteError("reading rank " + std::to_string(peer) + "'s sendbuff: " + cmaErrorText(pids_[peer], err));
+    return Status::ok();
+  }
+  if (toPeer && recvCma_[peer]) {
+    if (const int err = cmaWrite(pids_[peer], reinterpret_cast<uintptr_t>(dst), src, bytes); err != 0)
+      return remoteError("writing into rank " + std::to_string(peer) + "'s recvbuff: " +
+                         cmaErrorText(pids_[peer], err, true));
+    return Status::ok();
+  }
+  copy(task, src, dst, count, nonTemporal);
+  return Status::ok();
 }
 
 void DirectPath::copy(const Task& task, const char* src, char* dst, size_t count, bool nonTemporal) const {
@@ -205,15 +223,16 @@ void DirectPath::foldInto(const Task& task, size_t srcAt, size_t count, char* co
 
 // Peers are visited starting after this rank, so ranks read (or write)
 // different peers' memory at the same time.
-void DirectPath::allGather(const Task& task, bool push) {
+Status DirectPath::allGather(const Task& task, bool push) {
   const size_t bytes = task.count * typeSize(task.type);
   const bool stream = bytes * nranks_ >= streamBytes_;
   for (int k = 0; k < nranks_; ++k) {
     const int p = (rank_ + k) % nranks_;
     const char* src = push ? static_cast<const char*>(task.sendbuff) : sends_[p];
     char* dst = push ? recvs_[p] + bytes * rank_ : static_cast<char*>(task.recvbuff) + bytes * p;
-    copy(task, src, dst, task.count, stream);
+    PLAIT_RETURN_IF_ERROR(transfer(task, p, push, src, dst, task.count, stream));
   }
+  return Status::ok();
 }
 
 }  // namespace plait

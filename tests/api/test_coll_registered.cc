@@ -2,7 +2,10 @@
 // the same checks as the FIFO sweeps (patterns, guards, untouched inputs),
 // with the direct path's TRACE lines counted, so a silent fallback fails.
 // Ranks as threads (peers' buffers read by address) and as forked processes
-// (peers' memfds mapped through /proc).
+// (peers' memfds mapped through /proc). Between processes, the data movers
+// go direct on unregistered buffers too, by cross-memory attach.
+#include <optional>
+
 #include "coll_checks.h"
 #include "direct_test_env.h"
 
@@ -36,9 +39,18 @@ std::vector<Item> items() {
   };
 }
 
-// Every item's sweep on this rank with registered buffers; the first error.
-std::string registeredSweep(int rank, int nranks, ncclComm_t comm, const std::vector<Item>& list) {
-  RegisteredBuffers registered(comm);
+// The data movers: what cross-memory attach serves on unregistered buffers.
+std::vector<Item> dataMovers() {
+  std::vector<Item> list = items();
+  std::erase_if(list, [](const Item& i) { return i.spec.reduction; });
+  return list;
+}
+
+// Every item's sweep on this rank (with registered buffers unless `plain`); the first error.
+std::string registeredSweep(int rank, int nranks, ncclComm_t comm, const std::vector<Item>& list,
+                            bool plain = false) {
+  std::optional<RegisteredBuffers> registered;
+  if (!plain) registered.emplace(comm);
   std::string first;
   for (const Item& item : list) {
     std::string err = sweep(rank, nranks, comm, item.spec, item.check);
@@ -101,4 +113,51 @@ TEST_CASE("An in-place AlltoAll on registered buffers falls back, correctly", "[
   for (auto& f : failures) FAIL_CHECK(f);
   CHECK(env.count(" AlltoAll", false) == 3);
   CHECK(env.count(" AlltoAll", true) == 0);
+}
+
+// Unregistered buffers between processes: the data movers copy straight out
+// of (or into) peers' memory with process_vm_readv/writev, in and out of
+// place, pull and push AllGather; the reductions still take the FIFO path.
+TEST_CASE("Data movers on unregistered buffers between processes run direct by cross-memory attach",
+          "[registered][process][cma]") {
+  const bool push = GENERATE(false, true);
+  INFO("PLAIT_DIRECT_ALLGATHER_PUSH=" << push);
+  setenv("PLAIT_DIRECT_ALLGATHER_PUSH", push ? "1" : "0", 1);
+  DirectTestEnv env;
+  const std::vector<Item> movers = dataMovers();
+  const std::vector<Item> reductions = {items()[5], items()[6]};
+  auto failures = runProcessesChecked(3, [&](int rank, ncclComm_t comm) {
+    std::string first = registeredSweep(rank, 3, comm, movers, true);
+    std::string second = registeredSweep(rank, 3, comm, reductions, true);
+    return first.empty() ? second : first;
+  });
+  unsetenv("PLAIT_DIRECT_ALLGATHER_PUSH");
+  for (auto& f : failures) FAIL_CHECK(f);
+  checkAllDirect(env, movers);
+  for (const Item& item : reductions) {
+    INFO(item.name);
+    CHECK(env.count(item.name, false) > 0);
+    CHECK(env.count(item.name, true) == 0);
+  }
+}
+
+TEST_CASE("Without cross-memory attach, or above its size limit, unregistered data movers take the FIFO path",
+          "[registered][process][cma]") {
+  // PLAIT_DIRECT_CMA_MAX_BYTES=1000: the smaller counts of the sweep go
+  // direct, the larger ones round the ring.
+  const bool capped = GENERATE(false, true);
+  const char* setting = capped ? "PLAIT_DIRECT_CMA_MAX_BYTES" : "PLAIT_P2P_CMA";
+  INFO(setting);
+  setenv(setting, capped ? "1000" : "0", 1);
+  DirectTestEnv env;
+  const std::vector<Item> movers = {items()[0], items()[1]};  // Broadcast, AllGather
+  auto failures =
+      runProcessesChecked(2, [&](int rank, ncclComm_t comm) { return registeredSweep(rank, 2, comm, movers, true); });
+  unsetenv(setting);
+  for (auto& f : failures) FAIL_CHECK(f);
+  for (const Item& item : movers) {
+    INFO(item.name);
+    CHECK(env.count(item.name, false) > 0);
+    CHECK((env.count(item.name, true) > 0) == capped);
+  }
 }

@@ -231,6 +231,10 @@ TEST_CASE("Registered AllGather takes the direct path, in place and out of place
     });
     for (auto& f : failures) FAIL_CHECK(f);
     CHECK(env.count("AllGather", true) - before == directOps * nranks);
+    // Between processes, unregistered AllGathers would go direct too (by
+    // cross-memory attach); without it they take the FIFO path to compare with.
+    setenv("PLAIT_P2P_CMA", "0", 1);
+    resetLibrarySettings();
     const int pbefore = env.count("AllGather", true);
     auto codes = runProcesses(nranks, [&](int rank, const ncclUniqueId& id) {
       int ops = 0;
@@ -238,6 +242,8 @@ TEST_CASE("Registered AllGather takes the direct path, in place and out of place
         return compareAllGather(rank, nranks, comm, {7, 4099, kLarge}, &ops);
       });
     });
+    unsetenv("PLAIT_P2P_CMA");
+    resetLibrarySettings();
     for (int r = 0; r < nranks; ++r) CHECK(codes[r] == 0);
     CHECK(env.count("AllGather", true) - pbefore == 3 * 3 * 2 * nranks);
   }
@@ -322,7 +328,12 @@ TEST_CASE("Ranks that did not all register fall back to the FIFO path, correctly
   CHECK(env.count("AllGather", false) == 2 * nranks);
 }
 
-TEST_CASE("Only the inputs registered: AllGather pulls directly, AllReduce falls back", "[registration][allgather]") {
+// Without cross-memory attach a pushing AllGather needs registered outputs
+// and falls back; with it, it writes into the unregistered ones directly.
+TEST_CASE("Only the inputs registered: AllGather goes direct, AllReduce falls back", "[registration][allgather]") {
+  const bool cma = GENERATE(false, true);
+  INFO("PLAIT_P2P_CMA=" << cma);
+  setenv("PLAIT_P2P_CMA", cma ? "1" : "0", 1);
   DirectTestEnv env;
   const int nranks = 2;
   const size_t count = 4099;
@@ -341,8 +352,9 @@ TEST_CASE("Only the inputs registered: AllGather pulls directly, AllReduce falls
       return err;
     });
   });
+  unsetenv("PLAIT_P2P_CMA");
   for (int r = 0; r < nranks; ++r) CHECK(codes[r] == 0);
-  CHECK(env.count("AllGather", true) == (gatherPushes() ? 0 : nranks));
+  CHECK(env.count("AllGather", true) == (gatherPushes() && !cma ? 0 : nranks));
   CHECK(env.count("AllReduce", true) == 0);
 }
 
