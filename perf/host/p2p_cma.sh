@@ -25,43 +25,5 @@ for ((r = 1; r <= ROUNDS; r++)); do
     done
   done
 done
-python3 - "$OUT" "$ROUNDS" "$CONFIGS" <<'PY'
-import glob, os, statistics, sys
-out, rounds, configs = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
-labels = [c.split("=")[0] for c in configs]
-
-def times(path):
-    got = {}
-    for line in open(path):
-        f = line.split()
-        if f and f[0].isdigit() and len(f) >= 8:
-            try:
-                got[int(f[0])] = float(f[5])
-            except ValueError:
-                pass
-    return got
-
-print(f"# `perf/host/p2p_cma.sh` ({rounds} interleaved rounds, medians): time per call in us (out of place); "
-      f"in brackets each configuration's time over `{labels[0]}`'s\n")
-for n in (2, 4):
-    for tool in ("alltoall_perf", "gather_perf", "scatter_perf", "sendrecv_perf"):
-        med = {}
-        for label in labels:
-            runs = [times(p) for p in glob.glob(os.path.join(out, f"{tool}.{n}.{label}.*"))]
-            runs = [r for r in runs if r]
-            if runs:
-                med[label] = {s: statistics.median(r[s] for r in runs if s in r) for s in runs[0]}
-        if labels[0] not in med:
-            continue
-        print(f"## {tool}, {n} ranks\n")
-        print("| size | " + " | ".join(labels) + " |")
-        print("|---:|" + "---:|" * len(labels))
-        for s in sorted(med[labels[0]]):
-            base = med[labels[0]][s]
-            cells = []
-            for label in labels:
-                v = med.get(label, {}).get(s)
-                cells.append("-" if v is None else (f"{v:.1f}" if label == labels[0] else f"{v:.1f} ({v / base:.2f})"))
-            print(f"| {s} | " + " | ".join(cells) + " |")
-        print()
-PY
+python3 "$(dirname "$0")/medians.py" "$OUT" "$ROUNDS" "$CONFIGS" "alltoall_perf gather_perf scatter_perf sendrecv_perf" \
+  "perf/host/p2p_cma.sh"
