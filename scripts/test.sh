@@ -24,7 +24,8 @@ phase setup
 # compiles them for one architecture (sm_90; the library's default is 80 and
 # 90): nvcc spends about 70 s per kernel file and architecture, and a second
 # architecture checks nothing more on a machine without a GPU.
-# PLAIT_TEST_CUDA_FLAGS: extra nvcc flags (CI: -Xptxas -O0, see .ci/run).
+# PLAIT_TEST_CUDA_ARCHITECTURES: what they are compiled for (CI: 90-virtual,
+# PTX only, see .ci/run). PLAIT_TEST_CUDA_FLAGS: extra nvcc flags.
 # PLAIT_TEST_NO_DEBUG_INFO=1: the main and emulator builds without -g (CI:
 # it costs 20-50% of each file's compile time; see .ci/run).
 opt_flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELWITHDEBINFO="-O2 -g -DNDEBUG")
