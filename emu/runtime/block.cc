@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -87,6 +88,58 @@ struct Block {
 
 thread_local Block* tBlock = nullptr;
 
+// The stacks of finished blocks, kept mapped for the next blocks of the same
+// size: a fresh mapping costs a page fault and a zeroed page for every stack
+// page a thread touches, at every launch (page faults, zeroing and unmapping
+// were about 15% of an emulated collective test's time, perf). A few
+// mappings at most, so a process keeps a few MiB of touched stack pages.
+// Not under ThreadSanitizer, whose shadow of a reused stack would carry the
+// previous block's accesses.
+// Out of line: inlined into runBlock, whose swapcontext returns twice, its
+// locals would draw -Wclobbered.
+class StackCache {
+ public:
+  [[gnu::noinline]] char* take(size_t bytes) {
+    if (!PLAIT_EMU_TSAN) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < kept_.size(); ++i)
+        if (kept_[i].bytes == bytes) {
+          char* stacks = kept_[i].stacks;
+          kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
+          return stacks;
+        }
+    }
+    void* mapped =
+        ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (mapped == MAP_FAILED) return nullptr;
+    return static_cast<char*>(mapped);
+  }
+  [[gnu::noinline]] void give(char* stacks, size_t bytes) {
+    if (!PLAIT_EMU_TSAN) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (kept_.size() < kMaxKept) {
+        kept_.push_back({stacks, bytes});
+        return;
+      }
+    }
+    ::munmap(stacks, bytes);
+  }
+
+ private:
+  static constexpr size_t kMaxKept = 8;
+  struct Kept {
+    char* stacks;
+    size_t bytes;
+  };
+  std::mutex mu_;
+  std::vector<Kept> kept_;
+};
+
+StackCache& stackCache() {
+  static StackCache* cache = new StackCache();  // never destroyed: blocks may end during exit
+  return *cache;
+}
+
 void fiberMain() {
   Block* b = tBlock;
   (*b->body)();
@@ -122,10 +175,8 @@ void runBlock(const std::function<void()>& body, uint3 blockIdx, dim3 blockDim, 
   b.count = n;
   // One mapping for all the block's stacks: a mapping per thread runs into
   // vm.max_map_count with a few hundred blocks alive.
-  void* mapped = ::mmap(nullptr, n * kFiberStackBytes, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-  if (mapped == MAP_FAILED) die("cannot map the block's stacks: " + std::string(std::strerror(errno)));
-  char* stacks = static_cast<char*>(mapped);
+  char* stacks = stackCache().take(n * kFiberStackBytes);
+  if (stacks == nullptr) die("cannot map the block's stacks: " + std::string(std::strerror(errno)));
   for (size_t i = 0; i < n; ++i) {
     Fiber& f = b.fibers[i];
     f.threadIdx = uint3{static_cast<unsigned>(i % blockDim.x), static_cast<unsigned>((i / blockDim.x) % blockDim.y),
@@ -177,7 +228,7 @@ void runBlock(const std::function<void()>& body, uint3 blockIdx, dim3 blockDim, 
   }
   tBlock = nullptr;
   for (size_t i = 0; i < n; ++i) TSAN_DESTROY(b.fibers[i].tsanFiber);
-  ::munmap(stacks, n * kFiberStackBytes);
+  stackCache().give(stacks, n * kFiberStackBytes);
 }
 
 }  // namespace
