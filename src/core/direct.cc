@@ -125,6 +125,10 @@ Result<std::unique_ptr<DirectPath>> DirectPath::create(OobExchange& oob, ShmTran
   if (kDirectChunkBytes.get() < 0 || kDirectChunkBytes.get() > kMaxChunkBytes)
     return invalidArgument("PLAIT_DIRECT_CHUNK_BYTES is " + std::to_string(kDirectChunkBytes.get()) +
                            "; must be in [0, 1G] (values below 4K mean 4K)");
+  for (const auto* p : {&kDirectCmaMinBytes, &kDirectCmaMaxBytes})
+    if (p->get() < 0)
+      return invalidArgument("PLAIT_" + std::string(p->name()) + " is " + std::to_string(p->get()) +
+                             "; must be at least 0");
   if (kDirectMaxMappings.get() > kMaxMappings)
     return invalidArgument("PLAIT_DIRECT_MAX_MAPPINGS is " + std::to_string(kDirectMaxMappings.get()) +
                            "; must be at most " + std::to_string(kMaxMappings));

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -119,8 +120,13 @@ TEST_CASE("Aborting a non-blocking initialisation that waits for a missing rank"
 }
 
 // Run with PLAIT_DIRECT_CHUNK_BYTES=-1 (see CMakeLists.txt): the value used
-// to throw std::length_error through ncclCommInitRank (std::terminate).
+// to throw std::length_error through ncclCommInitRank (std::terminate); or
+// with another of the direct path's sizes at -1, which names that one.
 TEST_CASE("A negative PLAIT_DIRECT_CHUNK_BYTES is an error naming it", "[badchunk]") {
+  std::string setting = "PLAIT_DIRECT_CHUNK_BYTES";
+  for (const char* other : {"PLAIT_DIRECT_CMA_MIN_BYTES", "PLAIT_DIRECT_CMA_MAX_BYTES"})
+    if (const char* v = std::getenv(other); v != nullptr && std::string(v) == "-1") setting = other;
+  INFO(setting);
   ncclUniqueId id;
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
   ncclComm_t comms[2] = {nullptr, nullptr};
@@ -134,7 +140,7 @@ TEST_CASE("A negative PLAIT_DIRECT_CHUNK_BYTES is an error naming it", "[badchun
   t.join();
   CHECK(r0 == ncclInvalidArgument);
   CHECK(r1 != ncclSuccess);
-  CHECK(lastErrorMentions("PLAIT_DIRECT_CHUNK_BYTES"));
+  CHECK(lastErrorMentions(setting.c_str()));
   INFO(message1);
-  CHECK((r1 == ncclRemoteError || message1.find("PLAIT_DIRECT_CHUNK_BYTES") != std::string::npos));
+  CHECK((r1 == ncclRemoteError || message1.find(setting) != std::string::npos));
 }
