@@ -101,14 +101,17 @@ Status segmentError(const char* call, const std::string& name) {
   return systemError(std::string(call) + " of shared-memory segment " + name + " failed");
 }
 
+Status noSpaceError(const std::string& name, const std::string& detail) {
+  return Status(Code::kSystemError, "not enough space in " + std::string(kShmDir) + " for shared-memory segment " +
+                                        name + ": " + detail + " (enlarge it, e.g. docker --shm-size)");
+}
+
 Status checkSpace(const std::string& name, size_t bytes) {
   struct statvfs fs;
   if (statvfs(kShmDir, &fs) != 0) return Status::ok();  // cannot tell; let ftruncate/fallocate decide
   uint64_t avail = uint64_t(fs.f_bavail) * fs.f_frsize;
   if (avail >= bytes) return Status::ok();
-  return Status(Code::kSystemError, "not enough space in " + std::string(kShmDir) + " for shared-memory segment " +
-                                        name + ": need " + std::to_string(bytes) + " bytes, " +
-                                        std::to_string(avail) + " free (enlarge it, e.g. docker --shm-size)");
+  return noSpaceError(name, "need " + std::to_string(bytes) + " bytes, " + std::to_string(avail) + " free");
 }
 
 Result<void*> mapShared(int fd, const std::string& name, size_t bytes, bool populate) {
@@ -176,6 +179,10 @@ Result<SharedSegment> SharedSegment::create(size_t bytes, const CreateOptions& o
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) return segmentError("ftruncate", name);
   if (options.prefault) {
     int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (err == ENOSPC)  // other segments, reserved since checkSpace looked, took the rest
+      return noSpaceError(name, "posix_fallocate of " + std::to_string(bytes) +
+                                    " bytes found no space left (other processes' segments, such as the other local "
+                                    "ranks', take as much each)");
     if (err != 0) {
       errno = err;
       return segmentError("posix_fallocate", name);
@@ -188,7 +195,7 @@ Result<SharedSegment> SharedSegment::create(size_t bytes, const CreateOptions& o
   return segment;
 }
 
-Result<SharedSegment> SharedSegment::open(const std::string& name, size_t bytes) {
+Result<SharedSegment> SharedSegment::open(const std::string& name, size_t bytes, bool populate) {
   if (bytes == 0) return invalidArgument("shared-memory segment size must be positive");
   int fd = shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) return segmentError("shm_open", name);
@@ -198,7 +205,7 @@ Result<SharedSegment> SharedSegment::open(const std::string& name, size_t bytes)
   if (static_cast<uint64_t>(st.st_size) < bytes)
     return invalidArgument("shared-memory segment " + name + " has " + std::to_string(st.st_size) +
                            " bytes, fewer than the " + std::to_string(bytes) + " requested");
-  PLAIT_ASSIGN_OR_RETURN(void* data, mapShared(fd, name, bytes, false));
+  PLAIT_ASSIGN_OR_RETURN(void* data, mapShared(fd, name, bytes, populate));
   PLAIT_TRACE(kShm, "opened shared-memory segment %s (%zu bytes)", name.c_str(), bytes);
   return SharedSegment(name, data, bytes, /*creator=*/false);
 }

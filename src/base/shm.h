@@ -48,8 +48,11 @@ class SharedSegment {
   // Maps an existing segment created by another process. `bytes` must not
   // exceed the segment's size; fails with kSystemError (no such segment,
   // permission) or kInvalidArgument (segment smaller than `bytes`). The opener
-  // never unlinks the name in its destructor.
-  static Result<SharedSegment> open(const std::string& name, size_t bytes);
+  // never unlinks the name in its destructor. `populate`: map every page now
+  // (MAP_POPULATE) instead of taking a page fault at each page's first use;
+  // for segments their creator made with CreateOptions::prefault, whose pages
+  // all exist.
+  static Result<SharedSegment> open(const std::string& name, size_t bytes, bool populate = false);
 
   // False when no segment of this name exists (its creator unlinked it or
   // exited after cleaning up); true otherwise, including when it exists but

@@ -4,15 +4,22 @@
 // silently over shared memory (a 64 KiB AllReduce gave 0.0). Now the first
 // two are init errors naming the variable, and differing shapes an error
 // naming both ranks and their values.
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <barrier>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../resident.h"
 #include "../scoped_env.h"
 #include "base/config.h"
 #include "core/bootstrap.h"
@@ -132,4 +139,78 @@ TEST_CASE("the shared-memory transport refuses FIFO shapes that differ between r
                                                     std::to_string(1 - r)) &&
                                         Catch::Contains(kind[which]) && Catch::Contains("PLAIT_SHM_STEP_BYTES"));
   }
+}
+
+// Before, the segment was created with ftruncate only and mapped lazily: a
+// /dev/shm too small for the job showed up as a SIGBUS mid-collective, and the
+// first calls of a run paid a page fault on each new FIFO slot in both
+// processes. Now every page of every rank's segment is allocated and mapped
+// at init, in its creator and in the peer that opened it.
+TEST_CASE("the shared-memory transport's segments are allocated and mapped at init", "[fifo]") {
+  ThreadOob::Shared shared(2);
+  std::vector<std::unique_ptr<ShmTransport>> transports(2);
+  std::vector<Status> result(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      ShmTransportOptions o;
+      o.nChannels = 1;
+      o.ringPrev = o.ringNext = {1 - r};
+      o.localRanks = {0, 1};
+      o.waitTimeoutMs = 10000;
+      ThreadOob oob(shared, r);
+      auto t = ShmTransport::connect(oob, o, Deadline::afterMs(10000));
+      result[r] = t.isOk() ? Status::ok() : t.status();
+      if (t.isOk()) transports[r] = std::move(t).value();
+    });
+  for (auto& t : threads) t.join();
+  REQUIRE(result[0].isOk());
+  REQUIRE(result[1].isOk());
+  const auto segments = plait::test::mappings("/dev/shm/plait-");
+  CHECK(segments.size() == 4);  // each rank's own segment and its peer's
+  for (const auto& m : segments) {
+    INFO(m.path);
+    CHECK(m.sizeBytes >= (1u << 20));
+    CHECK(m.rssBytes == m.sizeBytes);
+  }
+}
+
+// A /dev/shm with room for one rank's segment but not two (docker's default
+// is 64 MiB): init fails on every rank, naming /dev/shm and the fix. Before,
+// each rank's ftruncate succeeded, init too, and the first write to a page
+// tmpfs could not supply was a SIGBUS. Root only: a private mount namespace
+// with a 4 MiB tmpfs over /dev/shm, in a child process.
+TEST_CASE("a /dev/shm too small for every rank's segment fails init naming it", "[fifo]") {
+  if (geteuid() != 0) {
+    WARN("skipped: needs root for a private /dev/shm");
+    return;
+  }
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(fds[0]);
+    std::string report;
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=4m") != 0) {
+      report = std::string("setup: ") + std::strerror(errno);
+    } else {
+      for (const Status& st : initAll(2)) report += st.toString() + "\n";
+    }
+    ssize_t n = write(fds[1], report.data(), report.size());
+    _exit(n == static_cast<ssize_t>(report.size()) ? 0 : 1);
+  }
+  close(fds[1]);
+  std::string report;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) report.append(buf, n);
+  close(fds[0]);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  INFO(report);
+  REQUIRE(WIFEXITED(status));  // not a SIGBUS
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(report.find("Success") == std::string::npos);  // no rank initialised
+  CHECK_THAT(report, Catch::Contains("not enough space in /dev/shm") && Catch::Contains("docker --shm-size"));
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "../resident.h"
 #include "base/shm.h"
 
 namespace plait {
@@ -109,6 +110,26 @@ TEST_CASE("prefaulted segments and bad sizes", "[shm]") {
   auto huge = SharedSegment::create(size_t(1) << 50);
   REQUIRE_FALSE(huge.isOk());
   CHECK(huge.status().message().find("/plait-") != std::string::npos);
+}
+
+TEST_CASE("a prefaulted segment opened populated is in the opener's page tables at once", "[shm]") {
+  constexpr size_t kBytes = 2 << 20;
+  SharedSegment::CreateOptions options;
+  options.prefault = true;
+  auto seg = SharedSegment::create(kBytes, options);
+  REQUIRE(seg.isOk());
+  CHECK(test::mappingAt(seg->data()).rssBytes == kBytes);  // MAP_POPULATE in the creator
+  auto populated = SharedSegment::open(seg->name(), kBytes, /*populate=*/true);
+  auto lazy = SharedSegment::open(seg->name(), kBytes);
+  REQUIRE(populated.isOk());
+  REQUIRE(lazy.isOk());
+  const test::Mapping p = test::mappingAt(populated->data()), l = test::mappingAt(lazy->data());
+  CHECK(p.sizeBytes == kBytes);
+  CHECK(p.rssBytes == kBytes);
+  CHECK(l.sizeBytes == kBytes);
+  CHECK(l.rssBytes == 0);  // the control: without populate, nothing until first touch
+  static_cast<volatile char*>(lazy->data())[kBytes - 1] = 1;
+  CHECK(test::mappingAt(lazy->data()).rssBytes == 4096);
 }
 
 TEST_CASE("cleanupStaleSegments removes a dead creator's segment and keeps live ones", "[shm]") {

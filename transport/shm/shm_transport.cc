@@ -105,7 +105,14 @@ Result<std::unique_ptr<ShmTransport>> ShmTransport::connect(OobExchange& oob, co
                           ") and no network connector was given for it");
   }
   cleanupStaleSegments();  // segments of crashed jobs (creators of this pid namespace that are gone)
-  auto seg = SharedSegment::create(t->segmentBytes());
+  // Every page allocated now (posix_fallocate) and mapped populated, here and
+  // in the peers that open it: a /dev/shm too small for the job fails init
+  // naming it, where an unreserved page first written mid-collective would be
+  // a SIGBUS; and a run's first calls do not pay a page fault on each new
+  // FIFO slot in both processes (2-rank 1 KiB AllGather, no warm-up: the
+  // first 10 calls averaged 3.4-5.5 us instead of 8.8-13.4; steady 1 us). As
+  // NCCL's shared-memory segments. 2.3 MiB per rank at 2 local ranks, 6.2 at 8.
+  auto seg = SharedSegment::create(t->segmentBytes(), SharedSegment::CreateOptions{.prefault = true});
   if (!seg.isOk()) return seg.takeStatus();
   t->own_.emplace(std::move(seg).value());
   if (Status s = t->mapPeers(oob, deadline); !s.isOk()) {
@@ -146,7 +153,7 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
   for (int peer : options_.localRanks) {
     if (peer == rank_) continue;
     const std::string name(infos[peer].name);
-    auto seg = SharedSegment::open(name, segmentBytes());
+    auto seg = SharedSegment::open(name, segmentBytes(), /*populate=*/true);
     if (!seg.isOk()) {
       // Its owner keeps the name until every rank has mapped it, so a
       // missing one means the owner is gone (killed, then swept as stale by
