@@ -36,6 +36,26 @@ struct ReservedPort {
   ReservedPort(const ReservedPort&) = delete;
   ReservedPort& operator=(const ReservedPort&) = delete;
 
+  // Waits up to `ms` until a root could bind the port again: a root that
+  // timed out closes its listener on its own (detached) thread, which can
+  // still hold it when the rank that started it has returned. True once free.
+  bool waitUntilFree(int ms = 5000) const {
+    for (int waited = 0;; waited += 10) {
+      int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      int one = 1;
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(port);
+      bool bound = probe >= 0 && ::setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+                   ::bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+      if (probe >= 0) ::close(probe);
+      if (bound) return true;
+      if (waited >= ms) return false;
+      ::usleep(10000);
+    }
+  }
+
   // "127.0.0.1:<port>", the form NCCL_COMM_ID takes.
   std::string address() const { return "127.0.0.1:" + std::to_string(port); }
 };

@@ -335,7 +335,10 @@ TEST_CASE("NCCL_COMM_ID: PLAIT_COMM_SECRET enters the nonce; a rank with another
   CHECK(st1.message().find("does not match") != std::string::npos);
   CHECK(st0.code() == Code::kRemoteError);  // rank 1 never joined
   // With the same secret on both ranks the job runs, and (root on loopback)
-  // every rank listens on loopback only.
+  // every rank listens on loopback only. Its root binds the same port: once
+  // the first root's thread has let it go (CI saw "Address already in use"
+  // when rank 0 returned first).
+  REQUIRE(reserved.waitUntilFree());
   Bootstraps all;
   requireAllOk(createAll(a, 2, &all));
   for (int r = 0; r < 2; ++r) CHECK(all[0]->peer(r).listenAddr.isLoopback());
