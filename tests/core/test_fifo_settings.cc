@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -81,6 +82,32 @@ class ThreadOob final : public OobExchange {
   int rank_;
 };
 
+// Connects two thread ranks' shared-memory transports (one ring channel);
+// `adjust` may change rank r's options first. Returns each rank's status and
+// keeps the transports in *kept when given.
+std::vector<Status> connectPair(const std::function<void(int, ShmTransportOptions&)>& adjust,
+                                std::vector<std::unique_ptr<ShmTransport>>* kept = nullptr) {
+  ThreadOob::Shared shared(2);
+  std::vector<Status> result(2);
+  if (kept != nullptr) kept->resize(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      ShmTransportOptions o;
+      o.nChannels = 1;
+      o.ringPrev = o.ringNext = {1 - r};
+      o.localRanks = {0, 1};
+      o.waitTimeoutMs = 10000;
+      adjust(r, o);
+      ThreadOob oob(shared, r);
+      auto t = ShmTransport::connect(oob, o, Deadline::afterMs(10000));
+      result[r] = t.isOk() ? Status::ok() : t.status();
+      if (t.isOk() && kept != nullptr) (*kept)[r] = std::move(t).value();
+    });
+  for (auto& t : threads) t.join();
+  return result;
+}
+
 }  // namespace
 
 TEST_CASE("out-of-range FIFO settings are init errors naming the variable", "[fifo]") {
@@ -114,23 +141,10 @@ TEST_CASE("valid FIFO settings still initialise", "[fifo]") {
 
 TEST_CASE("the shared-memory transport refuses FIFO shapes that differ between ranks", "[fifo]") {
   const int which = GENERATE(0, 1, 2);  // ring, mesh, point-to-point
-  ThreadOob::Shared shared(2);
-  std::vector<Status> result(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      ShmTransportOptions o;
-      o.nChannels = 1;
-      o.ringPrev = o.ringNext = {1 - r};
-      o.localRanks = {0, 1};
-      o.waitTimeoutMs = 10000;
-      FifoShape* shape = which == 0 ? &o.ring : which == 1 ? &o.mesh : &o.p2p;
-      if (r == 1) *shape = FifoShape{16, 64 << 10};  // as PLAIT_SHM_*STEPS=16, *STEP_BYTES=64K on one rank
-      ThreadOob oob(shared, r);
-      auto t = ShmTransport::connect(oob, o, Deadline::afterMs(10000));
-      result[r] = t.isOk() ? Status::ok() : t.status();
-    });
-  for (auto& t : threads) t.join();
+  const std::vector<Status> result = connectPair([&](int r, ShmTransportOptions& o) {
+    FifoShape* shape = which == 0 ? &o.ring : which == 1 ? &o.mesh : &o.p2p;
+    if (r == 1) *shape = FifoShape{16, 64 << 10};  // as PLAIT_SHM_*STEPS=16, *STEP_BYTES=64K on one rank
+  });
   const char* kind[] = {"ring 16 x 65536", "mesh 16 x 65536", "point-to-point 16 x 65536"};
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r << ": " << result[r].toString());
@@ -147,23 +161,8 @@ TEST_CASE("the shared-memory transport refuses FIFO shapes that differ between r
 // processes. Now every page of every rank's segment is allocated and mapped
 // at init, in its creator and in the peer that opened it.
 TEST_CASE("the shared-memory transport's segments are allocated and mapped at init", "[fifo]") {
-  ThreadOob::Shared shared(2);
-  std::vector<std::unique_ptr<ShmTransport>> transports(2);
-  std::vector<Status> result(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      ShmTransportOptions o;
-      o.nChannels = 1;
-      o.ringPrev = o.ringNext = {1 - r};
-      o.localRanks = {0, 1};
-      o.waitTimeoutMs = 10000;
-      ThreadOob oob(shared, r);
-      auto t = ShmTransport::connect(oob, o, Deadline::afterMs(10000));
-      result[r] = t.isOk() ? Status::ok() : t.status();
-      if (t.isOk()) transports[r] = std::move(t).value();
-    });
-  for (auto& t : threads) t.join();
+  std::vector<std::unique_ptr<ShmTransport>> transports;
+  const std::vector<Status> result = connectPair([](int, ShmTransportOptions&) {}, &transports);
   REQUIRE(result[0].isOk());
   REQUIRE(result[1].isOk());
   const auto segments = plait::test::mappings("/dev/shm/plait-");
