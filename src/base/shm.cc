@@ -195,7 +195,7 @@ Result<SharedSegment> SharedSegment::create(size_t bytes, const CreateOptions& o
   return segment;
 }
 
-Result<SharedSegment> SharedSegment::open(const std::string& name, size_t bytes, bool populate) {
+Result<SharedSegment> SharedSegment::open(const std::string& name, size_t bytes) {
   if (bytes == 0) return invalidArgument("shared-memory segment size must be positive");
   int fd = shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) return segmentError("shm_open", name);
@@ -205,9 +205,20 @@ Result<SharedSegment> SharedSegment::open(const std::string& name, size_t bytes,
   if (static_cast<uint64_t>(st.st_size) < bytes)
     return invalidArgument("shared-memory segment " + name + " has " + std::to_string(st.st_size) +
                            " bytes, fewer than the " + std::to_string(bytes) + " requested");
-  PLAIT_ASSIGN_OR_RETURN(void* data, mapShared(fd, name, bytes, populate));
+  PLAIT_ASSIGN_OR_RETURN(void* data, mapShared(fd, name, bytes, false));
   PLAIT_TRACE(kShm, "opened shared-memory segment %s (%zu bytes)", name.c_str(), bytes);
   return SharedSegment(name, data, bytes, /*creator=*/false);
+}
+
+bool SharedSegment::populate(size_t offset, size_t bytes) {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14; older headers lack the name
+#endif
+  if (data_ == nullptr || offset > size_ || bytes > size_ - offset) return false;
+  const uintptr_t page = 4096;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data_) + offset) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data_) + offset + bytes;
+  return bytes == 0 || ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0;
 }
 
 bool SharedSegment::exists(const std::string& name) {

@@ -48,11 +48,16 @@ class SharedSegment {
   // Maps an existing segment created by another process. `bytes` must not
   // exceed the segment's size; fails with kSystemError (no such segment,
   // permission) or kInvalidArgument (segment smaller than `bytes`). The opener
-  // never unlinks the name in its destructor. `populate`: map every page now
-  // (MAP_POPULATE) instead of taking a page fault at each page's first use;
-  // for segments their creator made with CreateOptions::prefault, whose pages
-  // all exist.
-  static Result<SharedSegment> open(const std::string& name, size_t bytes, bool populate = false);
+  // never unlinks the name in its destructor.
+  static Result<SharedSegment> open(const std::string& name, size_t bytes);
+
+  // Maps [offset, offset + bytes) of this mapping writable now
+  // (MADV_POPULATE_WRITE) instead of at each page's first write. Meant for
+  // segments whose creator used CreateOptions::prefault (every page exists;
+  // elsewhere it would allocate them, or fail where /dev/shm is full). Best
+  // effort: false where the kernel lacks it (before Linux 5.14) or the range
+  // is outside the mapping, and the pages then fault in on first use as usual.
+  bool populate(size_t offset, size_t bytes);
 
   // False when no segment of this name exists (its creator unlinked it or
   // exited after cleaning up); true otherwise, including when it exists but

@@ -112,24 +112,23 @@ TEST_CASE("prefaulted segments and bad sizes", "[shm]") {
   CHECK(huge.status().message().find("/plait-") != std::string::npos);
 }
 
-TEST_CASE("a prefaulted segment opened populated is in the opener's page tables at once", "[shm]") {
+TEST_CASE("populate maps a range of an opened prefaulted segment at once, and only that range", "[shm]") {
   constexpr size_t kBytes = 2 << 20;
   SharedSegment::CreateOptions options;
   options.prefault = true;
   auto seg = SharedSegment::create(kBytes, options);
   REQUIRE(seg.isOk());
   CHECK(test::mappingAt(seg->data()).rssBytes == kBytes);  // MAP_POPULATE in the creator
-  auto populated = SharedSegment::open(seg->name(), kBytes, /*populate=*/true);
-  auto lazy = SharedSegment::open(seg->name(), kBytes);
-  REQUIRE(populated.isOk());
-  REQUIRE(lazy.isOk());
-  const test::Mapping p = test::mappingAt(populated->data()), l = test::mappingAt(lazy->data());
-  CHECK(p.sizeBytes == kBytes);
-  CHECK(p.rssBytes == kBytes);
-  CHECK(l.sizeBytes == kBytes);
-  CHECK(l.rssBytes == 0);  // the control: without populate, nothing until first touch
-  static_cast<volatile char*>(lazy->data())[kBytes - 1] = 1;
-  CHECK(test::mappingAt(lazy->data()).rssBytes == 4096);
+  auto opened = SharedSegment::open(seg->name(), kBytes);
+  REQUIRE(opened.isOk());
+  CHECK(test::mappingAt(opened->data()).sizeBytes == kBytes);
+  CHECK(test::mappingAt(opened->data()).rssBytes == 0);  // the control: nothing until first touch
+  CHECK(opened->populate(100, 3 * 4096));                 // pages 0-3: the range does not start on a page
+  CHECK(test::mappingAt(opened->data()).rssBytes == 4 * 4096);
+  CHECK(opened->populate(kBytes - 4096, 4096));
+  CHECK(test::mappingAt(opened->data()).rssBytes == 5 * 4096);
+  CHECK_FALSE(opened->populate(kBytes - 4096, 8192));  // past the end: refused, nothing mapped
+  CHECK(test::mappingAt(opened->data()).rssBytes == 5 * 4096);
 }
 
 TEST_CASE("cleanupStaleSegments removes a dead creator's segment and keeps live ones", "[shm]") {

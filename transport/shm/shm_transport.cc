@@ -105,14 +105,18 @@ Result<std::unique_ptr<ShmTransport>> ShmTransport::connect(OobExchange& oob, co
                           ") and no network connector was given for it");
   }
   cleanupStaleSegments();  // segments of crashed jobs (creators of this pid namespace that are gone)
-  // Every page allocated now (posix_fallocate) and mapped populated, here and
-  // in the peers that open it: a /dev/shm too small for the job fails init
-  // naming it, where an unreserved page first written mid-collective would be
-  // a SIGBUS; and a run's first calls do not pay a page fault on each new
-  // FIFO slot in both processes (2-rank 1 KiB AllGather, no warm-up: the
-  // first 10 calls averaged 3.4-5.5 us instead of 8.8-13.4; steady 1 us). As
-  // NCCL's shared-memory segments. 2.3 MiB per rank at 2 local ranks, 6.2 at 8.
-  auto seg = SharedSegment::create(t->segmentBytes(), SharedSegment::CreateOptions{.prefault = true});
+  // Every page allocated now (posix_fallocate) and mapped populated, in the
+  // creator (which reads all of it) and in each sender the parts it writes:
+  // a /dev/shm too small for the job fails init naming it, where an
+  // unreserved page first written mid-collective would be a SIGBUS; and a
+  // run's first calls do not pay a page fault on each new FIFO slot in both
+  // processes (2-rank 1 KiB AllGather, no warm-up: the first 10 calls
+  // averaged 3.4-5.5 us instead of 8.8-13.4; steady 1 us). As NCCL's
+  // shared-memory segments. 2.3 MiB per rank at 2 local ranks, 6.2 at 8,
+  // 11.3 at 16; past options.reserveBudgetBytes in all (about 20 local
+  // ranks), pages come on first use as before.
+  t->reserved_ = t->segmentBytes() * options.localRanks.size() <= options.reserveBudgetBytes;
+  auto seg = SharedSegment::create(t->segmentBytes(), SharedSegment::CreateOptions{.prefault = t->reserved_});
   if (!seg.isOk()) return seg.takeStatus();
   t->own_.emplace(std::move(seg).value());
   if (Status s = t->mapPeers(oob, deadline); !s.isOk()) {
@@ -153,7 +157,7 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
   for (int peer : options_.localRanks) {
     if (peer == rank_) continue;
     const std::string name(infos[peer].name);
-    auto seg = SharedSegment::open(name, segmentBytes(), /*populate=*/true);
+    auto seg = SharedSegment::open(name, segmentBytes());
     if (!seg.isOk()) {
       // Its owner keeps the name until every rank has mapped it, so a
       // missing one means the owner is gone (killed, then swept as stale by
@@ -169,6 +173,7 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
     }
     peerSegments_.push_back(std::move(seg).value());
     peerBase[peer] = peerSegments_.back().data();
+    if (reserved_) populateSendSide(peerSegments_.back(), peer);
   }
   auto at = [](void* base, size_t off) { return static_cast<char*>(base) + off; };
   auto remoteAt = [](const auto& v, int i) { return i < static_cast<int>(v.size()) ? v[i] : nullptr; };
@@ -224,6 +229,20 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
   // between the barrier and its own unlink leaves nothing behind.
   for (SharedSegment& peer : peerSegments_) (void)peer.unlink();
   return own_->unlink();
+}
+
+// Maps the parts of `peer`'s segment this rank writes: the ring FIFOs of the
+// channels whose next rank it is, and this rank's mesh, line and
+// point-to-point FIFOs. Only those: the rest of a peer's segment is written
+// by its other senders, so mapping it all would make each rank map every
+// segment whole (page tables growing with the square of the local ranks).
+void ShmTransport::populateSendSide(SharedSegment& segment, int peer) {
+  const int me = localIndex_[rank_];
+  for (int c = 0; c < options_.nChannels; ++c)
+    if (options_.ringNext[c] == peer) (void)segment.populate(ringOffset(c), options_.ring.totalBytes());
+  (void)segment.populate(meshOffset(me), options_.mesh.totalBytes());
+  (void)segment.populate(lineOffset(me), sizeof(LineFifoMemory));
+  (void)segment.populate(p2pOffset(me), options_.p2p.totalBytes());
 }
 
 // A connect failed (this rank's own segment is unlinked by its destructor):

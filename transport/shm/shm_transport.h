@@ -44,6 +44,12 @@ struct ShmTransportOptions {
   bool dedicatedCores = false;
   int localCpus = 0;  // CPUs the local ranks may run on together (0: unknown)
   int64_t waitTimeoutMs = -1;  // bound on each wait of a connector (PLAIT_TIMEOUT)
+  // Up to this many bytes of segments in all (every local rank's, the same
+  // size each), they are allocated when created and mapped at once, in the
+  // creator whole and in each sender the parts it writes; beyond it pages
+  // come on first use, so a job that never uses its mesh or point-to-point
+  // FIFOs does not hold them (at 64 local ranks the segments total 2.6 GiB).
+  size_t reserveBudgetBytes = size_t(256) << 20;
   // Connectors to ranks on other hosts (a network transport's, not owned),
   // handed out where a ring neighbour or a point-to-point peer is not local:
   // per channel, and per rank. Empty or null: that edge has none.
@@ -92,12 +98,14 @@ class ShmTransport {
   size_t p2pOffset(int fromLocalIndex) const;
   size_t segmentBytes() const;
   Status mapPeers(OobExchange& oob, Deadline deadline);
+  void populateSendSide(SharedSegment& segment, int peer);
   void reclaimDeadPeers(const Status& failure);
   WaitContext* newContext(int peer, const char* what);
 
   ShmTransportOptions options_;
   int rank_ = 0;
   std::vector<int> localIndex_;  // per rank: index among local ranks, or -1
+  bool reserved_ = false;  // segments allocated at creation (reserveBudgetBytes)
   std::optional<SharedSegment> own_;
   std::vector<SharedSegment> peerSegments_;
   std::vector<std::unique_ptr<WaitContext>> contexts_;
