@@ -16,19 +16,30 @@
 
 namespace plait::test {
 
+// A socket bound to loopback port `port` (0: any) with SO_REUSEADDR, or -1.
+inline int bindLoopback(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (fd >= 0 && (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+                  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)) {
+    ::close(fd);
+    fd = -1;
+  }
+  return fd;
+}
+
 struct ReservedPort {
   int fd = -1;
   uint16_t port = 0;
   ReservedPort() {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    fd = bindLoopback(0);
     REQUIRE(fd >= 0);
-    int one = 1;
     sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof(addr);
-    REQUIRE(::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0);
-    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
     REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
     port = ntohs(addr.sin_port);
   }
@@ -41,16 +52,11 @@ struct ReservedPort {
   // still hold it when the rank that started it has returned. True once free.
   bool waitUntilFree(int ms = 5000) const {
     for (int waited = 0;; waited += 10) {
-      int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      int one = 1;
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      addr.sin_port = htons(port);
-      bool bound = probe >= 0 && ::setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
-                   ::bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-      if (probe >= 0) ::close(probe);
-      if (bound) return true;
+      const int probe = bindLoopback(port);
+      if (probe >= 0) {
+        ::close(probe);
+        return true;
+      }
       if (waited >= ms) return false;
       ::usleep(10000);
     }
