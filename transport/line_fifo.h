@@ -9,7 +9,9 @@
 // This is the host's counterpart of NCCL's LL/LL128 protocols, where data and
 // flag also share a line (DESIGN.md §10). Flow control: the receiver
 // publishes how many lines it consumed in `head`, which the sender re-reads
-// only when its cached credit runs out.
+// only when its cached credit runs out. A receiver that sleeps sleeps on the
+// FIFO's doorbell, which the sender rings once per message (one FUTEX_WAKE
+// however many lines the message spans), and only when someone sleeps.
 //
 // Memory is plain data in a segment both processes map, zeroed before use.
 // Waits follow base/wait.h (deadline, abort flag, dead peer).
@@ -41,6 +43,7 @@ struct alignas(64) LineFifoMemory {
   LineCell cells[kLineSlots];
   alignas(64) uint64_t head;  // lines consumed by the receiver
   alignas(64) std::atomic<uint32_t> recvSleepers;
+  alignas(64) std::atomic<uint32_t> doorbell;  // rung after a message is posted, while the receiver sleeps
   alignas(64) std::atomic<uint32_t> sendSleepers;
   alignas(64) uint32_t senderAborted;
   uint32_t receiverAborted;
@@ -51,6 +54,12 @@ inline std::atomic<uint32_t>* lowWord(uint64_t* v) { return reinterpret_cast<std
 inline bool lineAborted(LineFifoMemory* m) {
   return AtomicRef<uint32_t>(m->senderAborted).load(mo::acquire) != 0 ||
          AtomicRef<uint32_t>(m->receiverAborted).load(mo::acquire) != 0;
+}
+// Bumps the doorbell (release: a receiver that reads the new value sees the
+// lines posted before it) and wakes its sleepers.
+inline void ringDoorbell(LineFifoMemory* m) {
+  m->doorbell.fetch_add(1, std::memory_order_release);
+  wakeSlow(&m->doorbell);
 }
 inline uint64_t linesFor(size_t bytes) {
   return bytes == 0 ? 1 : (bytes + kLinePayloadBytes - 1) / kLinePayloadBytes;
@@ -69,8 +78,40 @@ class LineSender {
   // them. Blocks only while the receiver holds too many unconsumed lines.
   Status send(const void* data, size_t bytes) {
     const uint64_t lines = detail::linesFor(bytes);
-    const uint64_t first = step_.load(std::memory_order_relaxed);
-    if (__builtin_expect(first + lines - cachedHead_ > kLineSlots, 0)) PLAIT_RETURN_IF_ERROR(waitCredit(first, lines));
+    if (__builtin_expect(step_ + lines - cachedHead_ > kLineSlots, 0)) PLAIT_RETURN_IF_ERROR(waitCredit(step_, lines));
+    post(data, bytes, lines);
+    return Status::ok();
+  }
+  // send() that returns false instead of waiting for credit.
+  bool trySend(const void* data, size_t bytes) {
+    if (!hasRoom(bytes)) return false;
+    post(data, bytes, detail::linesFor(bytes));
+    return true;
+  }
+  // Whether a message of `bytes` would go without waiting.
+  bool hasRoom(size_t bytes) {
+    const uint64_t lines = detail::linesFor(bytes);
+    return step_ + lines - cachedHead_ <= kLineSlots || creditFor(step_, lines);
+  }
+  bool aborted() const { return detail::lineAborted(m_); }
+  // The error once aborted(): this side's abort, or the peer's.
+  Status abortError() const {
+    if (AtomicRef<uint32_t>(m_->senderAborted).load(mo::acquire)) return abortedError(*ctx_);
+    return peerAbortedError(*ctx_);
+  }
+  // What a sender waiting for credit sleeps on (the receiver wakes it).
+  std::atomic<uint32_t>* creditWord() { return detail::lowWord(&m_->head); }
+  std::atomic<uint32_t>* creditSleepers() { return &m_->sendSleepers; }
+  // Any thread (ncclCommAbort), also while send() runs on another.
+  void abort() {
+    AtomicRef<uint32_t>(m_->senderAborted).store(1, mo::release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // as in wake()
+    if (m_->recvSleepers.load(std::memory_order_relaxed) != 0) detail::ringDoorbell(m_);
+  }
+
+ private:
+  void post(const void* data, size_t bytes, uint64_t lines) {
+    const uint64_t first = step_;
     const unsigned char* src = static_cast<const unsigned char*>(data);
     for (uint64_t i = 0; i < lines; ++i) {
       LineCell& cell = m_->cells[(first + i) % kLineSlots];
@@ -81,29 +122,21 @@ class LineSender {
       if (owner_) tsanRelease(atOwner(&cell.seq));
       AtomicRef<uint64_t>(cell.seq).store(first + i + 1, mo::release);
     }
-    const uint64_t next = first + lines;
-    step_.store(next, std::memory_order_relaxed);
+    step_ = first + lines;
     std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the sleeping receiver's fence
-    if (__builtin_expect(m_->recvSleepers.load(std::memory_order_relaxed) != 0, 0))
-      for (uint64_t i = first; i < next; ++i) detail::wakeSlow(detail::lowWord(&m_->cells[i % kLineSlots].seq));
-    return Status::ok();
+    if (__builtin_expect(m_->recvSleepers.load(std::memory_order_relaxed) != 0, 0)) detail::ringDoorbell(m_);
   }
-  // Any thread (ncclCommAbort), also while send() runs on another.
-  void abort() {
-    AtomicRef<uint32_t>(m_->senderAborted).store(1, mo::release);
-    wake(detail::lowWord(&m_->cells[step_.load(std::memory_order_relaxed) % kLineSlots].seq), &m_->recvSleepers);
+  // Re-reads the receiver's head: whether `lines` more fit after `step`.
+  bool creditFor(uint64_t step, uint64_t lines) {
+    cachedHead_ = AtomicRef<uint64_t>(m_->head).load(mo::acquire);
+    if (owner_) tsanAcquire(atOwner(&m_->head));
+    return step + lines - cachedHead_ <= kLineSlots;
   }
-
- private:
   __attribute__((noinline)) Status waitCredit(uint64_t step, uint64_t lines) {
-    auto ready = [this, step, lines] {
-      cachedHead_ = AtomicRef<uint64_t>(m_->head).load(mo::acquire);
-      if (owner_) tsanAcquire(atOwner(&m_->head));
-      return step + lines - cachedHead_ <= kLineSlots || detail::lineAborted(m_);
-    };
+    auto ready = [this, step, lines] { return creditFor(step, lines) || detail::lineAborted(m_); };
     PLAIT_RETURN_IF_ERROR(waitUntil(ready, detail::lowWord(&m_->head), &m_->sendSleepers, *ctx_));
     if (step + lines - cachedHead_ <= kLineSlots) return Status::ok();
-    return peerAbortedError(*ctx_);
+    return abortError();
   }
 
   // The receiver's address of a word of the memory.
@@ -114,13 +147,7 @@ class LineSender {
   LineFifoMemory* m_;
   WaitContext* ctx_;
   const char* owner_;
-  // Lines posted so far. Written only by the sending thread; abort() reads it
-  // from any thread to pick the line whose word the receiver sleeps on.
-  // Relaxed is enough: the abort flag's release store is what the receiver
-  // acts on, and a stale line number only wakes the wrong word, which the
-  // receiver's 1 ms sleep slice covers (base/wait.h). When it matters (the
-  // sender blocked, or idle between messages) its last store is long visible.
-  std::atomic<uint64_t> step_{0};
+  uint64_t step_ = 0;  // lines posted so far
   uint64_t cachedHead_ = 0;
 };
 
@@ -150,6 +177,25 @@ class LineReceiver {
     wake(detail::lowWord(&m_->head), &m_->sendSleepers);
     return Status::ok();
   }
+  // Whether recv(dst, bytes) would return without waiting: the next
+  // message's last line is posted (the sender posts lines in order), or its
+  // first line says another size (recv reports it).
+  bool ready(size_t bytes) {
+    LineCell& first = m_->cells[step_ % kLineSlots];
+    if (AtomicRef<uint64_t>(first.seq).load(mo::acquire) != step_ + 1) return false;
+    if (first.bytes != bytes) return true;
+    const uint64_t last = step_ + detail::linesFor(bytes) - 1;
+    return AtomicRef<uint64_t>(m_->cells[last % kLineSlots].seq).load(mo::acquire) == last + 1;
+  }
+  bool aborted() const { return detail::lineAborted(m_); }
+  // The error once aborted(): this side's abort, or the peer's.
+  Status abortError() const {
+    if (AtomicRef<uint32_t>(m_->receiverAborted).load(mo::acquire)) return abortedError(*ctx_);
+    return peerAbortedError(*ctx_);
+  }
+  // What a receiver waiting for a message sleeps on (the sender rings it).
+  std::atomic<uint32_t>* doorbell() { return &m_->doorbell; }
+  std::atomic<uint32_t>* sleepers() { return &m_->recvSleepers; }
   void abort() {
     AtomicRef<uint32_t>(m_->receiverAborted).store(1, mo::release);
     wake(detail::lowWord(&m_->head), &m_->sendSleepers);
@@ -158,10 +204,9 @@ class LineReceiver {
  private:
   __attribute__((noinline)) Status waitLine(LineCell& cell, uint64_t want) {
     auto ready = [&] { return AtomicRef<uint64_t>(cell.seq).load(mo::acquire) == want || detail::lineAborted(m_); };
-    PLAIT_RETURN_IF_ERROR(waitUntil(ready, detail::lowWord(&cell.seq), &m_->recvSleepers, *ctx_));
+    PLAIT_RETURN_IF_ERROR(waitUntil(ready, &m_->doorbell, &m_->recvSleepers, *ctx_));
     if (AtomicRef<uint64_t>(cell.seq).load(mo::acquire) == want) return Status::ok();
-    if (AtomicRef<uint32_t>(m_->receiverAborted).load(mo::acquire)) return abortedError(*ctx_);
-    return peerAbortedError(*ctx_);
+    return abortError();
   }
 
   LineFifoMemory* m_;
