@@ -170,7 +170,7 @@ fi
 # another address than its owner's, so the transports name it there
 # (src/base/tsan.h) instead.
 if [[ "${SKIP_TSAN:-0}" != 1 ]]; then
-  TSAN_HOST_TARGETS="test_wait test_fifo test_fd_passing test_net test_net_gdr test_api_faults test_api_lifetime
+  TSAN_HOST_TARGETS="test_wait test_fifo test_line_fifo test_fd_passing test_net test_net_gdr test_api_faults test_api_lifetime
     test_api_mismatch test_membership test_encryption test_rma test_op_status test_nonblocking test_allreduce
     test_p2p_groups test_registration"
   BUILD_DIR="$ROOT/build-tsan-host" TARGETS="$TSAN_HOST_TARGETS" "$ROOT/scripts/build.sh" \

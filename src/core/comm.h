@@ -39,6 +39,9 @@ namespace plait {
 
 // PLAIT_TIMEOUT in milliseconds: how long any wait for a peer may block.
 int64_t operationTimeoutMs();
+// PLAIT_P2P_LINE_MAX_BYTES, at most kLineMaxMessageBytes: the largest block of
+// an AlltoAll, Gather or Scatter sent through the line FIFOs.
+size_t lineP2pMaxBytes();
 
 // A rank of this host in some communicator, and its process.
 struct PeerProcess {
@@ -228,6 +231,7 @@ class Communicator {
   size_t ringChunkElems(const Plan& plan, size_t sliceBytes, size_t elem, size_t align) const;
   Status runLocalCopy(const Task& task);
   Status runP2p(const std::vector<Task>& tasks);
+  Status runLineP2p(const Task& task);
   Status runOneShot(const Task& task, size_t bytes);
   Status runOneShotLines(const Task& task, size_t bytes, ReduceCopyFn fn, bool preOp);
   // The reproducible mode (core/reproducible.cc, PLAIT_REPRODUCIBLE).
@@ -316,6 +320,7 @@ class Communicator {
   std::vector<char> scratch_;     // one-shot in-place staging
   std::vector<const void*> oneShotInputs_;
   std::vector<unsigned char> oneShotStage_;  // nranks x kLineMaxMessageBytes
+  size_t lineP2pMaxBytes_ = 0;  // AlltoAll, Gather, Scatter blocks up to this go by line FIFOs (0: never)
   int reproducible_ = 0;                 // PLAIT_REPRODUCIBLE, agreed at init: kReproducible*
   std::vector<char> reproScratch_;       // the ordered exchange's receive slots (made on first use)
   std::vector<char> deviceStage_;        // device buffers' host copies in the reproducible mode

@@ -217,6 +217,10 @@ Status Communicator::execute(const Task& task) {
         return Status::ok();
       }
     }
+    if (collective && blockBytes > 0 && blockBytes <= lineP2pMaxBytes_) {
+      tagged(task, blockBytes, "lines");
+      return runLineP2p(task);
+    }
     tagged(task, blockBytes, "point-to-point");
     return runP2p({task});
   }

@@ -31,6 +31,11 @@ constexpr uint64_t kLastStep = kStepLast;          // in a step's size: the mess
 constexpr uint64_t kRendezvous = kStepRendezvous;  // the step holds a RendezvousDescriptor
 constexpr size_t kCmaChunk = size_t(4) << 20;        // bytes read per pass, so other peers progress too
 
+PLAIT_PARAM_INT(kLineP2pMaxBytes, "P2P_LINE_MAX_BYTES", 1024,
+                "AlltoAll, Gather and Scatter whose block per rank is at most this many bytes (3072 at most) go "
+                "through the cache-line FIFOs when every rank is on this host; 0: through the point-to-point "
+                "FIFOs");
+
 PLAIT_PARAM_INT(kCmaMinBytes, "P2P_CMA_MIN_BYTES", 16 << 10,
                 "point-to-point messages from this size up are read in place from the sending process "
                 "(single copy) when cross-memory attach is permitted");
@@ -59,11 +64,19 @@ struct Message {
   bool mayRendezvous = true;  // sends: may go single-copy (not Gather's or Scatter's, see runP2p)
 };
 
-// Per peer, the sends and the receives in call order, and how far each got.
+// Per peer, the sends and the receives in call order, and how far each got;
+// apart, the small blocks of AlltoAll, Gather and Scatter, each one message
+// through the pair's line FIFO (as runLineP2p sends them outside a group).
 struct PeerQueues {
   std::vector<Message> sends, recvs;
   size_t nextSend = 0, nextRecv = 0;
   uint64_t ackStep = 0;  // the peer must release this many steps before our rendezvous buffers are free
+  std::vector<Message> lineSends, lineRecvs;
+  size_t nextLineSend = 0, nextLineRecv = 0;
+  bool linesPending() const { return nextLineSend < lineSends.size() || nextLineRecv < lineRecvs.size(); }
+  bool pending() const {
+    return nextSend < sends.size() || nextRecv < recvs.size() || ackStep != 0 || linesPending();
+  }
 };
 
 class P2pBatch {
@@ -85,6 +98,14 @@ class P2pBatch {
   void recv(int peer, void* dst, size_t bytes) {
     peers_[peer].recvs.push_back(Message{peer, nullptr, static_cast<char*>(dst), bytes, 0, false});
   }
+  // A block through the line FIFO (another rank: the blocks with this rank
+  // itself pair with send() and recv()).
+  void lineSend(int peer, const void* src, size_t bytes) {
+    peers_[peer].lineSends.push_back(Message{peer, static_cast<const char*>(src), nullptr, bytes, 0, false});
+  }
+  void lineRecv(int peer, void* dst, size_t bytes) {
+    peers_[peer].lineRecvs.push_back(Message{peer, nullptr, static_cast<char*>(dst), bytes, 0, false});
+  }
   Status run(const WaitContext& base);
 
  private:
@@ -94,6 +115,7 @@ class P2pBatch {
   // Moves as many steps as the FIFOs allow; sets *moved if any moved.
   Status pumpSends(PeerQueues& q, bool* moved);
   Status pumpRecvs(PeerQueues& q, bool* moved);
+  Status pumpLines(int peer, PeerQueues& q, bool* moved);
   bool anyReady();
   bool acked(int peer);
   bool rendezvous(int peer, size_t bytes) const { return cmaMin_ > 0 && bytes >= cmaMin_ && shm_.isLocal(peer); }
@@ -115,17 +137,20 @@ class P2pBatch {
 // in-place sendrecv; an in-place AlltoAll) is copied first: receives may
 // complete before the send has left, over a network always.
 void P2pBatch::stageOverlappingSends() {
+  auto overlaps = [this](const Message& m) {
+    for (const PeerQueues& rq : peers_)
+      for (const std::vector<Message>* recvs : {&rq.recvs, &rq.lineRecvs})
+        for (const Message& r : *recvs)
+          if (r.bytes && r.dst < m.src + m.bytes && m.src < r.dst + r.bytes) return true;
+    return false;
+  };
   for (PeerQueues& sq : peers_)
-    for (Message& m : sq.sends) {
-      if (m.bytes == 0) continue;
-      bool overlaps = false;
-      for (const PeerQueues& rq : peers_)
-        for (const Message& r : rq.recvs)
-          overlaps = overlaps || (r.bytes && r.dst < m.src + m.bytes && m.src < r.dst + r.bytes);
-      if (!overlaps) continue;
-      staging_.emplace_back(m.src, m.src + m.bytes);
-      m.src = staging_.back().data();
-    }
+    for (std::vector<Message>* sends : {&sq.sends, &sq.lineSends})
+      for (Message& m : *sends) {
+        if (m.bytes == 0 || !overlaps(m)) continue;
+        staging_.emplace_back(m.src, m.src + m.bytes);
+        m.src = staging_.back().data();
+      }
 }
 
 Status P2pBatch::copySelf() {
@@ -147,9 +172,11 @@ Status P2pBatch::copySelf() {
 Status P2pBatch::checkPeers() const {
   for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
     const PeerQueues& q = peers_[p];
-    if (p == rank_ || (q.sends.empty() && q.recvs.empty())) continue;
+    if (p == rank_ || !q.pending()) continue;
     if (shm_.p2pSend(p) == nullptr || shm_.p2pRecv(p) == nullptr)
       return invalidUsage("rank " + std::to_string(p) + " is on another host and has no network connector");
+    if ((!q.lineSends.empty() && shm_.lineSend(p) == nullptr) || (!q.lineRecvs.empty() && shm_.lineRecv(p) == nullptr))
+      return internalError("rank " + std::to_string(p) + " has no line FIFO");
   }
   return Status::ok();
 }
@@ -222,6 +249,25 @@ Status P2pBatch::pumpRecvs(PeerQueues& q, bool* moved) {
   return Status::ok();
 }
 
+// Line messages never wait here: a send goes once the receiver has room, a
+// receive once the whole message is in (LineReceiver::ready).
+Status P2pBatch::pumpLines(int peer, PeerQueues& q, bool* moved) {
+  LineSender* out = shm_.lineSend(peer);
+  for (; q.nextLineSend < q.lineSends.size(); ++q.nextLineSend, *moved = true) {
+    const Message& m = q.lineSends[q.nextLineSend];
+    if (!out->trySend(m.src, m.bytes)) break;
+  }
+  LineReceiver* in = shm_.lineRecv(peer);
+  for (; q.nextLineRecv < q.lineRecvs.size(); ++q.nextLineRecv, *moved = true) {
+    const Message& m = q.lineRecvs[q.nextLineRecv];
+    if (!in->ready(m.bytes)) break;
+    PLAIT_RETURN_IF_ERROR(in->recv(m.dst, m.bytes).withContext("from rank " + std::to_string(peer)));
+  }
+  if (q.nextLineSend < q.lineSends.size() && out->aborted()) return out->abortError();
+  if (q.nextLineRecv < q.lineRecvs.size() && in->aborted()) return in->abortError();
+  return Status::ok();
+}
+
 // Whether a single-copy descriptor may be acted on: only from a local peer
 // (its FIFO is in our shared memory, not a network connector's), only when
 // cross-memory attach was agreed, only as a whole one-step message, and only
@@ -283,6 +329,14 @@ bool P2pBatch::anyReady() {
       size_t got = 0;
       if (f->tryAcquire(&got) != nullptr || f->peerAborted()) return true;
     }
+    if (q.nextLineRecv < q.lineRecvs.size()) {
+      LineReceiver* l = shm_.lineRecv(p);
+      if (l->ready(q.lineRecvs[q.nextLineRecv].bytes) || l->aborted()) return true;
+    }
+    if (q.nextLineSend < q.lineSends.size()) {
+      LineSender* l = shm_.lineSend(p);
+      if (l->hasRoom(q.lineSends[q.nextLineSend].bytes) || l->aborted()) return true;
+    }
   }
   return false;
 }
@@ -290,7 +344,7 @@ bool P2pBatch::anyReady() {
 bool P2pBatch::finished() {
   for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
     const PeerQueues& q = peers_[p];
-    if (q.nextSend < q.sends.size() || q.nextRecv < q.recvs.size() || !acked(p)) return false;
+    if (q.nextSend < q.sends.size() || q.nextRecv < q.recvs.size() || q.linesPending() || !acked(p)) return false;
   }
   return true;
 }
@@ -307,6 +361,8 @@ std::string P2pBatch::pendingText() const {
     if (q.nextRecv < q.recvs.size()) add("receive from", q.recvs[q.nextRecv]);
     if (q.nextSend == q.sends.size() && q.ackStep != 0)
       text += (text.empty() ? "" : ", ") + std::string("rank ") + std::to_string(p) + " reading our send buffer";
+    if (q.nextLineSend < q.lineSends.size()) add("send to", q.lineSends[q.nextLineSend]);
+    if (q.nextLineRecv < q.lineRecvs.size()) add("receive from", q.lineRecvs[q.nextLineRecv]);
   }
   return text;
 }
@@ -332,6 +388,7 @@ Status P2pBatch::run(const WaitContext& base) {
     for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
       PeerQueues& q = peers_[p];
       if (p != rank_ && q.nextRecv < q.recvs.size()) PLAIT_RETURN_IF_ERROR(pumpRecvs(q, &moved));
+      if (p != rank_ && q.linesPending()) PLAIT_RETURN_IF_ERROR(pumpLines(p, q, &moved));
     }
     // Every send posted, a single-copy one still unreleased: a peer that
     // aborted will never release it (anyReady says so at once, so without
@@ -352,6 +409,14 @@ Status P2pBatch::run(const WaitContext& base) {
         FifoControl* c = shm_.p2pRecv(p)->control();
         word = detail::futexWordOf(&c->tail);
         sleepers = &c->recvSleepers;
+        waitPeer = p;
+      } else if (q.nextLineRecv < q.lineRecvs.size()) {
+        word = shm_.lineRecv(p)->doorbell();
+        sleepers = shm_.lineRecv(p)->sleepers();
+        waitPeer = p;
+      } else if (q.nextLineSend < q.lineSends.size()) {
+        word = shm_.lineSend(p)->creditWord();
+        sleepers = shm_.lineSend(p)->creditSleepers();
         waitPeer = p;
       } else if (q.nextSend < q.sends.size() || q.ackStep != 0) {
         FifoControl* c = shm_.p2pSend(p)->control();
@@ -375,8 +440,7 @@ Status P2pBatch::run(const WaitContext& base) {
                          " ms without progress on point-to-point operations; pending: " + pendingText());
     for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
       const PeerQueues& q = peers_[p];
-      const bool pending = q.nextSend < q.sends.size() || q.nextRecv < q.recvs.size() || q.ackStep != 0;
-      if (p != rank_ && pending && pids[p] > 0 && !processAlive(pids[p]))
+      if (p != rank_ && q.pending() && pids[p] > 0 && !processAlive(pids[p]))
         return remoteError("rank " + std::to_string(p) + " (pid " + std::to_string(pids[p]) +
                            ") died during point-to-point operations");
     }
@@ -387,6 +451,62 @@ Status P2pBatch::run(const WaitContext& base) {
 
 }  // namespace
 
+size_t lineP2pMaxBytes() {
+  return static_cast<size_t>(std::clamp<int64_t>(kLineP2pMaxBytes.get(), 0, kLineMaxMessageBytes));
+}
+
+// AlltoAll, Gather and Scatter with small blocks and every rank on this
+// host: each block is one message through the pair's line FIFO
+// (transport/line_fifo.h), whose first byte costs one cache-line hand-off
+// where a point-to-point FIFO step costs two or three, and no batch is
+// built. A rank posts all its sends before its first receive, as the
+// one-shot AllReduce does, and a FIFO holds two messages, so a send never
+// waits for a peer that is waiting for this rank: its messages of earlier
+// operations were consumed before that peer could send its own. The pair's
+// messages stay in operation order, shared with the other users of the line
+// FIFOs (one-shot AllReduce, the direct path's agreement); a peer that
+// passed another count is caught by the op board or by the line's size.
+Status Communicator::runLineP2p(const Task& t) {
+  const size_t bytes = t.count * typeSize(t.type);
+  const char* in = static_cast<const char*>(t.sendbuff);
+  char* out = static_cast<char*>(t.recvbuff);
+  auto copySelf = [bytes](char* dst, const char* src) {
+    if (dst != src) std::memmove(dst, src, bytes);
+  };
+  auto peerAfter = [this](int i) { return (rank_ + i) % nranks_; };  // spreads the pairs: i = 1 .. n-1
+  switch (t.coll) {
+    case CollType::kAlltoAll:
+      for (int i = 1; i < nranks_; ++i) {
+        const int p = peerAfter(i);
+        PLAIT_RETURN_IF_ERROR(shm_->lineSend(p)->send(in + p * bytes, bytes));
+      }
+      copySelf(out + rank_ * bytes, in + rank_ * bytes);  // in place: our block stays
+      for (int i = 1; i < nranks_; ++i) {
+        const int p = peerAfter(nranks_ - i);
+        PLAIT_RETURN_IF_ERROR(shm_->lineRecv(p)->recv(out + p * bytes, bytes));
+      }
+      return Status::ok();
+    case CollType::kGather:
+      if (rank_ != t.root) return shm_->lineSend(t.root)->send(in, bytes);
+      copySelf(out + rank_ * bytes, in);
+      for (int i = 1; i < nranks_; ++i) {
+        const int p = peerAfter(i);
+        PLAIT_RETURN_IF_ERROR(shm_->lineRecv(p)->recv(out + p * bytes, bytes));
+      }
+      return Status::ok();
+    case CollType::kScatter:
+      if (rank_ != t.root) return shm_->lineRecv(t.root)->recv(out, bytes);
+      for (int i = 1; i < nranks_; ++i) {
+        const int p = peerAfter(i);
+        PLAIT_RETURN_IF_ERROR(shm_->lineSend(p)->send(in + p * bytes, bytes));
+      }
+      copySelf(out, in + rank_ * bytes);
+      return Status::ok();
+    default:
+      return internalError(std::string(collName(t.coll)) + " has no line-FIFO form");
+  }
+}
+
 // Expands every task into messages of one batch and runs it.
 Status Communicator::runP2p(const std::vector<Task>& tasks) {
   P2pBatch batch(*shm_, rank_, nranks_, cma_, pids_);
@@ -396,13 +516,24 @@ Status Communicator::runP2p(const std::vector<Task>& tasks) {
     const size_t bytes = t.count * typeSize(t.type);
     const char* in = static_cast<const char*>(t.sendbuff);
     char* out = static_cast<char*>(t.recvbuff);
+    // Small blocks to and from other ranks go as runLineP2p sends them
+    // outside a group, so a rank may group these calls and its peers not.
+    const bool lines = bytes > 0 && bytes <= lineP2pMaxBytes_;
+    auto send = [&](int p, const char* src, bool mayRendezvous) {
+      if (lines && p != rank_) batch.lineSend(p, src, bytes);
+      else batch.send(p, src, bytes, mayRendezvous);
+    };
+    auto recv = [&](int p, char* dst) {
+      if (lines && p != rank_) batch.lineRecv(p, dst, bytes);
+      else batch.recv(p, dst, bytes);
+    };
     switch (t.coll) {
       case CollType::kSend: batch.send(t.peer, in, bytes); break;
       case CollType::kRecv: batch.recv(t.peer, out, bytes); break;
       case CollType::kAlltoAll:
         for (int p = 0; p < nranks_; ++p) {
-          batch.send(p, in + p * bytes, bytes);
-          batch.recv(p, out + p * bytes, bytes);
+          send(p, in + p * bytes, true);
+          recv(p, out + p * bytes);
         }
         break;
       // Gather and Scatter keep the FIFO pipeline: one rank meets all the
@@ -411,14 +542,14 @@ Status Communicator::runP2p(const std::vector<Task>& tasks) {
       // splits between sender and receiver (perf/host/p2p_cma.sh: 1.15-1.6x
       // slower from 4 MiB with single copies, no better below).
       case CollType::kGather:
-        batch.send(t.root, in, bytes, /*mayRendezvous=*/false);
+        send(t.root, in, /*mayRendezvous=*/false);
         if (rank_ == t.root)
-          for (int p = 0; p < nranks_; ++p) batch.recv(p, out + p * bytes, bytes);
+          for (int p = 0; p < nranks_; ++p) recv(p, out + p * bytes);
         break;
       case CollType::kScatter:
         if (rank_ == t.root)
-          for (int p = 0; p < nranks_; ++p) batch.send(p, in + p * bytes, bytes, /*mayRendezvous=*/false);
-        batch.recv(t.root, out, bytes);
+          for (int p = 0; p < nranks_; ++p) send(p, in + p * bytes, /*mayRendezvous=*/false);
+        recv(t.root, out);
         break;
       default:
         return internalError(std::string(collName(t.coll)) + " is not a point-to-point operation");

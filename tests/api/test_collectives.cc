@@ -140,6 +140,14 @@ SweepSpec spec(const char* coll, bool rooted, std::vector<int> variants = {0, 1}
   return s;
 }
 
+CheckFn checkFor(const std::string& coll) {
+  return coll == "ncclBroadcast"   ? CheckFn(checkBroadcast)
+         : coll == "ncclAllGather" ? CheckFn(checkAllGather)
+         : coll == "ncclAlltoAll"  ? CheckFn(checkAlltoAll)
+         : coll == "ncclGather"    ? CheckFn(checkGather)
+                                   : CheckFn(checkScatter);
+}
+
 SweepSpec largeSpec(SweepSpec s) {
   s.types = quickSweep() ? std::vector<ncclDataType_t>{ncclInt8, ncclFloat32}
                          : std::vector<ncclDataType_t>{ncclInt8, ncclFloat16, ncclFloat32, ncclFloat64};
@@ -185,12 +193,23 @@ TEST_CASE("Data-movement collectives on buffers off 64-byte alignment", "[unalig
     s.misaligned = true;
     s.types = {ncclInt8, ncclFloat16, ncclFloat32, ncclFloat64};
     s.counts = {1, 7, 1023, 70001};
-    const CheckFn check = std::string(s.coll) == "ncclBroadcast"   ? CheckFn(checkBroadcast)
-                          : std::string(s.coll) == "ncclAllGather" ? CheckFn(checkAllGather)
-                          : std::string(s.coll) == "ncclAlltoAll"  ? CheckFn(checkAlltoAll)
-                          : std::string(s.coll) == "ncclGather"    ? CheckFn(checkGather)
-                                                                   : CheckFn(checkScatter);
-    runSweep(s, check, ranks);
+    runSweep(s, checkFor(s.coll), ranks);
+  }
+}
+
+// AlltoAll, Gather and Scatter send blocks up to PLAIT_P2P_LINE_MAX_BYTES
+// (1024 by default) through the line FIFOs and larger ones through the
+// point-to-point FIFOs: blocks on both sides of 1024 bytes and of 3072, the
+// most a line message holds (CMakeLists.txt runs this again with the limit
+// at 3072), in and out of place, int8 and float.
+TEST_CASE("AlltoAll, Gather and Scatter on both sides of the line-FIFO limit", "[lines]") {
+  for (SweepSpec s : {spec("ncclAlltoAll", false, {0}), spec("ncclGather", true), spec("ncclScatter", true)}) {
+    s.types = {ncclInt8};
+    s.counts = {1023, 1024, 1025, 3071, 3072, 3073};
+    runSweep(s, checkFor(s.coll), kSmallRanks);
+    s.types = {ncclFloat32};
+    s.counts = {255, 256, 257, 767, 768, 769};
+    runSweep(s, checkFor(s.coll), kSmallRanks);
   }
 }
 

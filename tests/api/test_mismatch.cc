@@ -83,19 +83,27 @@ TEST_CASE("Reduce to different roots", "[mismatch]") {
   requireNamedMismatch(out, "root");
 }
 
+// Blocks of 4 KiB go through the point-to-point FIFOs, of 256 bytes through
+// the line FIFOs (PLAIT_P2P_LINE_MAX_BYTES); the grouped rank runs them in
+// one batch, the other one call at a time.
 TEST_CASE("The same collectives grouped on one rank and not on the other still agree", "[mismatch]") {
-  auto failures = plait_test::runThreads(2, [](int rank, ncclComm_t comm) -> std::string {
-    std::vector<float> send(2 * 1024, 1.0f + rank), recv(2 * 1024, 0.0f);
+  const size_t count = GENERATE(size_t{1024}, size_t{64});
+  INFO(count * sizeof(float) << "-byte blocks");
+  auto failures = plait_test::runThreads(2, [count](int rank, ncclComm_t comm) -> std::string {
+    std::vector<float> send(2 * count, 1.0f + rank), recv(2 * count, 0.0f), gathered(2 * count, 0.0f);
     ncclResult_t r;
     if (rank == 0) {
       ncclGroupStart();
-      ncclAlltoAll(send.data(), recv.data(), 1024, ncclFloat, comm, nullptr);
+      ncclAlltoAll(send.data(), recv.data(), count, ncclFloat, comm, nullptr);
+      ncclGather(send.data(), gathered.data(), count, ncclFloat, 1, comm, nullptr);
       r = ncclGroupEnd();
     } else {
-      r = ncclAlltoAll(send.data(), recv.data(), 1024, ncclFloat, comm, nullptr);
+      r = ncclAlltoAll(send.data(), recv.data(), count, ncclFloat, comm, nullptr);
+      if (r == ncclSuccess) r = ncclGather(send.data(), gathered.data(), count, ncclFloat, 1, comm, nullptr);
     }
-    if (r != ncclSuccess) return std::string("AlltoAll: ") + ncclGetLastError(comm);
-    if (recv[0] != 1.0f || recv[1024] != 2.0f) return "AlltoAll moved the wrong data";
+    if (r != ncclSuccess) return std::string("AlltoAll and Gather: ") + ncclGetLastError(comm);
+    if (recv[0] != 1.0f || recv[count] != 2.0f) return "AlltoAll moved the wrong data";
+    if (rank == 1 && (gathered[0] != 1.0f || gathered[count] != 2.0f)) return "Gather moved the wrong data";
     std::vector<float> buf(8192, 1.0f);
     if (ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr) != ncclSuccess)
       return std::string("AllReduce: ") + ncclGetLastError(comm);
