@@ -18,22 +18,5 @@ BIN=${1:-build-host/bin}
 ROUNDS=${2:-3}
 CONFIGS=${3:-"ring=PLAIT_DIRECT_CMA=0 cma=PLAIT_DIRECT_CMA=1 cma64k=PLAIT_DIRECT_CMA=1,PLAIT_DIRECT_UNSYNCED_MIN_BYTES=65536"}
 TOOLS=${TOOLS:-"all_gather_perf broadcast_perf gather_perf scatter_perf alltoall_perf"}
-OUT=$(mktemp -d /tmp/plait-directcma.XXXXXX)
-trap 'rm -rf "$OUT"' EXIT
-for ((r = 1; r <= ROUNDS; r++)); do
-  for n in 2 4; do
-    for tool in $TOOLS; do
-      # Odd rounds in the order given, even rounds reversed: a configuration
-      # is not always the one that runs right after another program.
-      order=$CONFIGS
-      ((r % 2 == 0)) && order=$(tr ' ' '\n' <<< "$CONFIGS" | tac | tr '\n' ' ')
-      for cfg in $order; do
-        label=${cfg%%=*}
-        IFS=, read -r -a envs <<< "${cfg#*=}"
-        env "${envs[@]}" "$BIN/plait-run" -n $n -- "$BIN/$tool" -b 4K -e 64M -f 4 -n 20 -w 5 -c 0 \
-          > "$OUT/$tool.$n.$label.$r" 2>&1 || true
-      done
-    done
-  done
-done
-python3 "$(dirname "$0")/medians.py" "$OUT" "$ROUNDS" "$CONFIGS" "$TOOLS" "perf/host/direct_cma.sh"
+exec "$(dirname "$0")/interleave.sh" "$BIN" "$ROUNDS" "$CONFIGS" "$TOOLS" "-b 4K -e 64M -f 4 -n 20 -w 5 -c 0" \
+  "perf/host/direct_cma.sh"

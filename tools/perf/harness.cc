@@ -252,6 +252,16 @@ double reduceScratch(ThreadState& ts, ncclRedOp_t op) {
   return ts.ranks[0].scratch;
 }
 
+// Every rank starts its clock at once, as nccl-tests does (its Barrier after
+// the sync call) and so do perf/'s MPI, Gloo and oneCCL programs. Without
+// it a rank that reached this size early times the others' arrival: in a
+// rooted collective the non-roots wait for nobody and run ahead until the
+// root's FIFO is full, then wait out the root's lag inside the timed loop.
+void barrier(ThreadState& ts) {
+  for (RankState& r : ts.ranks) r.scratch = 0;
+  reduceScratch(ts, ncclSum);
+}
+
 void printDevices(ThreadState& ts) {
   Job& job = *ts.job;
   size_t total = static_cast<size_t>(job.nranks) * kDeviceLineBytes;
@@ -347,6 +357,7 @@ Measurement measure(ThreadState& ts, const SweepContext& sc, size_t count, bool 
   const Options& o = job.opts;
   std::vector<CollCall> calls = makeCalls(ts, sc, count, inPlace);
   for (int i = 0; i < o.warmupIters; ++i) runCalls(ts, calls, o.aggIters);
+  barrier(ts);
   auto start = Clock::now();
   for (int i = 0; i < o.iters; ++i) runCalls(ts, calls, o.aggIters);
   double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
