@@ -4,6 +4,7 @@
 // never post or consume what they should not; a sleeping receiver is woken
 // by one doorbell ring per message, not one per line; abort from either end
 // ends the other's wait with the right error.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -79,7 +80,7 @@ TEST_CASE("line FIFO: 5000 messages of every edge size arrive intact and in orde
   for (uint64_t msg = 0; msg < kMessages && wrong.empty(); ++msg) {
     Status s = f.receiver.recv(got.data(), sizeOf(msg));
     if (!s.isOk()) wrong = s.toString();
-    else if (std::memcmp(got.data(), messageBytes(msg, sizeOf(msg)).data(), sizeOf(msg)) != 0)
+    else if (!std::equal(got.begin(), got.begin() + sizeOf(msg), messageBytes(msg, sizeOf(msg)).begin()))
       wrong = "message " + std::to_string(msg) + " differs";
   }
   if (!wrong.empty()) f.receiver.abort();
