@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -15,6 +14,7 @@
 #include <random>
 
 #include "base/log.h"
+#include "base/wait.h"
 
 namespace plait {
 namespace {
@@ -34,24 +34,12 @@ const std::string& pidNamespace() {
   return ns;
 }
 
-// Whether `pid` has exited: no such process, or a zombie (it will never
-// unlink anything again; its parent just has not reaped it yet).
-bool processGone(long pid) {
-  if (kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-  FILE* f = std::fopen(path, "r");
-  if (f == nullptr) return false;
-  char buf[512] = {};
-  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  const char* paren = std::strrchr(buf, ')');  // the command name may hold spaces and ')'
-  if (n == 0 || paren == nullptr || paren[1] != ' ') return false;
-  return paren[2] == 'Z' || paren[2] == 'X';
-}
-
 // Removes /dev/shm/plait-<pid>-<our pid namespace>-* of creators that have
-// exited; only `onlyPid`'s when it is positive.
+// exited or are exiting (processAlive: a killed creator is marked exiting
+// before its sockets close, so the peers that saw them close find it so;
+// it will never unlink anything again, and waiting for it to become a
+// zombie left its segments behind when its exit took longer than the
+// peers' clean-up); only `onlyPid`'s when it is positive.
 int removeStale(long onlyPid) {
   DIR* dir = opendir(kShmDir);
   if (dir == nullptr) return 0;
@@ -65,7 +53,7 @@ int removeStale(long onlyPid) {
     long pid = std::strtol(n + prefixLen, &end, 10);
     if (end == n + prefixLen || pid <= 0 || (onlyPid > 0 && pid != onlyPid)) continue;
     if (std::strncmp(end, ns.c_str(), ns.size()) != 0) continue;  // another namespace (or an old name)
-    if (!processGone(pid)) continue;
+    if (processAlive(static_cast<int>(pid))) continue;
     std::string name = std::string("/") + n;
     if (shm_unlink(name.c_str()) == 0) {
       ++removed;
