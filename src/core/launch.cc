@@ -34,8 +34,11 @@ namespace {
 constexpr int kSlurmPortBase = 20000;
 constexpr int kSlurmPortSpan = 10000;
 constexpr size_t kMaxHosts = 1000000;
-// A host name's longest (DNS's limit); hostlists expand to at most kMaxHosts of them.
+// A host name's longest (DNS's limit); hostlists expand to at most kMaxHosts of them,
+// and to at most kMaxHostlistBytes of names (a real one: 100000 names of 20
+// characters, 2 MB; a million names of DNS's longest would be 253 MB).
 constexpr size_t kMaxHostNameBytes = 253;
+constexpr size_t kMaxHostlistBytes = 16 << 20;
 // An id file older than this process by more than this is a leftover.
 constexpr int64_t kIdFileStaleSlackNs = 60LL * 1000 * 1000 * 1000;
 constexpr auto kIdFilePollInterval = std::chrono::milliseconds(5);
@@ -341,7 +344,7 @@ Status expandRanges(std::string_view body, std::vector<std::string>* values) {
 // million names, and a product within bounds costs one string per name
 // (tests/fuzz env: expanding the inner bracket again for each outer value
 // took seconds under ASan for names the limit then refused).
-Status expandName(std::string_view name, std::vector<std::string>* out) {
+Status expandName(std::string_view name, std::vector<std::string>* out, size_t* bytes) {
   struct Segment {
     std::string text;                 // literal text before the bracket
     std::vector<std::string> values;  // the bracket's values; empty after the last bracket
@@ -376,6 +379,10 @@ Status expandName(std::string_view name, std::vector<std::string>* out) {
   }
   if (longest > kMaxHostNameBytes)
     return invalidArgument("a host name longer than " + std::to_string(kMaxHostNameBytes) + " characters");
+  if (longest > 0 && count > (kMaxHostlistBytes - *bytes) / longest)
+    return invalidArgument("'" + std::string(name) + "' expands to more than " + std::to_string(kMaxHostlistBytes >> 20) +
+                           " MiB of host names");
+  *bytes += count * longest;
   // An odometer over the brackets, the last one turning fastest.
   std::vector<size_t> at(segments.size(), 0);
   out->reserve(out->size() + count);
@@ -400,9 +407,10 @@ Status expandName(std::string_view name, std::vector<std::string>* out) {
 
 Result<std::vector<std::string>> expandHostlist(std::string_view hostlist) {
   std::vector<std::string> hosts;
+  size_t bytes = 0;  // an upper bound: each name counted at its item's longest
   for (std::string_view item : splitTopLevel(hostlist)) {
     if (item.empty()) continue;
-    Status status = expandName(item, &hosts);
+    Status status = expandName(item, &hosts, &bytes);
     if (!status.isOk()) return status.withContext("hostlist '" + std::string(hostlist) + "'");
   }
   return hosts;

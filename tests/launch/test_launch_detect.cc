@@ -240,6 +240,10 @@ TEST_CASE("Slurm hostlists expand", "[launch][hostlist]") {
   CHECK(detail::expandHostlist("n[0-999]x[0-999]").value().back() == "n999x999");
   CHECK_THAT(detail::expandHostlist(repeat(200, 'h', "", "[1-2]") + repeat(60, 'h', "", "")).status().message(),
              Catch::Contains("longer than"));
+  // And their text: a million names of 16 characters fit, of 40 do not.
+  CHECK(detail::expandHostlist(repeat(10, 'h', "", "[0-999][0-999]")).isOk());
+  CHECK_THAT(detail::expandHostlist(repeat(34, 'h', "", "[0-999][0-999]")).status().message(),
+             Catch::Contains("MiB of host names"));
 }
 
 TEST_CASE("Slurm tasks per node", "[launch]") {
