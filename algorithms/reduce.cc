@@ -23,6 +23,7 @@
 #include <utility>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -49,7 +50,11 @@ PLAIT_INLINE void reduceLoopBody(const Fn& fn, const LoopPtrs& p) {
   S* d0 = static_cast<S*>(p.d0);
   S* d1 = static_cast<S*>(p.d1);
   const size_t n = p.n;
+#if defined(__clang__)
+#pragma clang loop vectorize(assume_safety)
+#else
 #pragma GCC ivdep
+#endif
   for (size_t i = 0; i < n; ++i) {
     auto a = Traits::loadBits(s0[i]);
     if constexpr ((kMask & kPre0) != 0) a = fn.preOp(a);
@@ -282,7 +287,7 @@ constexpr auto kAvx2Kernels = typeTable<true>();
 
 bool cpuHasAvx2() {
 #if defined(__x86_64__)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool has = __builtin_cpu_supports("avx2") && cpuHasF16c();
   return has;
 #else
   return false;
@@ -358,6 +363,15 @@ ReduceCopyFn reduceCopyFn(ncclDataType_t type, RedOpKind kind) {
   if (useAvx2()) return kAvx2Kernels[type][k];
 #endif
   return kGenericKernels[type][k];
+}
+
+bool cpuHasF16c() {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+#else
+  return false;
+#endif
 }
 
 const char* reduceKernelIsa() { return useAvx2() ? "avx2" : "generic"; }

@@ -57,6 +57,10 @@ using ReduceCopyFn = void (*)(const RedOp& op, const ReduceCopyArgs& args);
 // The kernel must be called with a RedOp of that kind.
 ReduceCopyFn reduceCopyFn(ncclDataType_t type, RedOpKind kind);
 
+// Whether this CPU has F16C (half <-> float conversions), read from CPUID:
+// not every compiler's __builtin_cpu_supports knows the name (clang 14).
+bool cpuHasF16c();
+
 // The instruction set the kernels use on this CPU: "avx2" or "generic".
 const char* reduceKernelIsa();
 

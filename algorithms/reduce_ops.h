@@ -110,7 +110,7 @@ PLAIT_HOST_DEVICE PLAIT_INLINE A max(A a, A b) {
   if constexpr (kIsInt<A>) {
     return a > b ? a : b;
   } else {
-    return (a > b) | (b != b) ? a : b;  // NaN-ignoring, branch-free
+    return ((a > b) | (b != b)) ? a : b;  // NaN-ignoring, branch-free
   }
 }
 template <class A>
@@ -118,7 +118,7 @@ PLAIT_HOST_DEVICE PLAIT_INLINE A min(A a, A b) {
   if constexpr (kIsInt<A>) {
     return a < b ? a : b;
   } else {
-    return (a < b) | (b != b) ? a : b;
+    return ((a < b) | (b != b)) ? a : b;
   }
 }
 

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "algorithms/format_reference.h"
+#include "algorithms/reduce.h"
 #include "algorithms/types.h"
 
 #if defined(__x86_64__)
@@ -227,7 +228,7 @@ __attribute__((target("f16c"))) uint32_t f16cDecode(uint16_t h) { return toBits(
 }  // namespace
 
 TEST_CASE("Half matches the F16C instructions bit for bit, NaNs included", "[types]") {
-  if (!__builtin_cpu_supports("f16c")) {
+  if (!plait::cpuHasF16c()) {
     WARN("skipped: this CPU has no F16C");
     return;
   }
