@@ -6,6 +6,7 @@
 #   scripts/fuzz.sh env graph_xml       only these targets
 #   PLAIT_FUZZ_SECONDS=600 scripts/fuzz.sh topology_xml
 #   SKIP_FUZZ_BUILD=1 scripts/fuzz.sh   run what build-fuzz holds
+#   PLAIT_FUZZ_BUILD_ONLY=1 scripts/fuzz.sh   build, run nothing (scripts/test.sh)
 # New inputs the fuzzer finds go to a temporary directory, never into the
 # committed corpus. Any crash, leak, UB, per-input timeout or memory blow-up
 # fails the script; the input that did it is kept (its path is printed) for
@@ -44,6 +45,7 @@ if [[ "${SKIP_FUZZ_BUILD:-0}" != 1 ]]; then
     -DPLAIT_BUILD_FUZZERS=ON -DPLAIT_WITH_CUDA=OFF -DPLAIT_BUILD_PERF=OFF -DPLAIT_BUILD_TESTS=OFF >/dev/null
   cmake --build "$BUILD_DIR" -j "$JOBS" --target plait-fuzzers
 fi
+[[ "${PLAIT_FUZZ_BUILD_ONLY:-0}" == 1 ]] && exit 0
 
 # Per target: the longest input worth trying, and a dictionary.
 options_for() {
