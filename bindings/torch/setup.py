@@ -6,8 +6,9 @@
 import os
 import shutil
 
+import torch
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -18,6 +19,17 @@ if not os.path.exists(LIBRARY):
     raise SystemExit(f"plait_torch: {LIBRARY} not found: build Plait first (scripts/build.sh) or set PLAIT_BUILD_DIR")
 shutil.copy2(LIBRARY, os.path.join(HERE, "plait_torch", "libplait.so.0"))
 
+# CUDA tensors (csrc/device.h) where torch has CUDA and the toolkit's headers
+# are here: CUDAExtension adds them and links torch's CUDA libraries. No .cu
+# file: the device work is Plait's, reached through its C API with device
+# pointers. PLAIT_TORCH_CUDA=0 builds the CPU-only backend anyway.
+want_cuda = os.environ.get("PLAIT_TORCH_CUDA", "1") != "0"
+has_cuda = (want_cuda and torch.version.cuda is not None and CUDA_HOME is not None
+            and os.path.exists(os.path.join(CUDA_HOME, "include", "cuda_runtime_api.h")))
+Extension = CUDAExtension if has_cuda else CppExtension
+print(f"plait_torch: {'with' if has_cuda else 'without'} CUDA tensors (torch CUDA {torch.version.cuda}, "
+      f"toolkit {CUDA_HOME})")
+
 setup(
     name="plait_torch",
     version="0.1.0",
@@ -25,9 +37,11 @@ setup(
     packages=["plait_torch"],
     package_data={"plait_torch": ["libplait.so.0"]},
     ext_modules=[
-        CppExtension(
+        Extension(
             "plait_torch._C",
-            ["csrc/process_group_plait.cc", "csrc/reduction.cc", "csrc/module.cc"],
+            ["csrc/process_group_plait.cc", "csrc/collectives.cc", "csrc/tensor_args.cc", "csrc/reduction.cc",
+             "csrc/device.cc", "csrc/module.cc"],
+            define_macros=[("PLAIT_TORCH_CUDA", "1")] if has_cuda else [],
             include_dirs=[os.path.join(ROOT, "include")],
             library_dirs=[LIBDIR],
             libraries=["plait"],

@@ -21,6 +21,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::call_guard<py::gil_scoped_release>());
   m.def("library_path", &plait_torch::ProcessGroupPlait::libraryPath,
         "The file Plait's C API was loaded from (libplait.so in this package)");
+  m.def("cuda_built", &plait_torch::deviceBuilt,
+        "Whether CUDA tensors run (this module was built against a torch with CUDA)");
   m.def("version", [] {
     int v = 0;
     ncclGetVersion(&v);

@@ -12,6 +12,7 @@
 #include <c10/util/Exception.h>
 
 #include "reduction.h"
+#include "tensor_args.h"
 
 namespace plait_torch {
 namespace {
@@ -35,78 +36,6 @@ std::string callError(const char* what, ncclResult_t r, ncclComm_t comm) {
 
 void checkCall(const char* what, ncclResult_t r, ncclComm_t comm) {
   if (r != ncclSuccess) throwError(callError(what, r, comm));
-}
-
-// Every tensor an operation touches: on the CPU, dense.
-void checkTensor(const at::Tensor& t, const char* what) {
-  TORCH_CHECK(t.defined(), "plait: ", what, ": an undefined tensor");
-  TORCH_CHECK(t.device().is_cpu(), "plait: ", what, ": a tensor on ", t.device(),
-              "; this build of plait_torch runs CPU tensors only (the device path through torch is not built)");
-  TORCH_CHECK(t.layout() == at::kStrided, "plait: ", what, ": sparse tensors are not supported");
-}
-
-void checkSingle(const std::vector<at::Tensor>& tensors, const char* what) {
-  TORCH_CHECK(tensors.size() == 1, "plait: ", what, " takes one tensor per process, got ", tensors.size());
-  checkTensor(tensors[0], what);
-}
-
-void checkSameShape(const at::Tensor& a, const at::Tensor& b, const char* what) {
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "plait: ", what, ": tensors of different types (", a.scalar_type(),
-              " and ", b.scalar_type(), ")");
-  TORCH_CHECK(a.numel() == b.numel(), "plait: ", what, ": tensors of ", a.numel(), " and ", b.numel(), " elements");
-}
-
-// The flat pair of the *_tensor collectives: `whole` holds `blocks` blocks
-// the size of `part`, of the same type.
-void checkBlocks(const at::Tensor& whole, const at::Tensor& part, int blocks, const char* what,
-                 const char* wholeName) {
-  checkTensor(whole, what);
-  checkTensor(part, what);
-  TORCH_CHECK(whole.scalar_type() == part.scalar_type(), "plait: ", what, ": tensors of different types (",
-              whole.scalar_type(), " and ", part.scalar_type(), ")");
-  TORCH_CHECK(whole.numel() == part.numel() * blocks, "plait: ", what, ": ", wholeName, " has ", whole.numel(),
-              " elements; it needs ", blocks, " x ", part.numel());
-}
-
-// One row per tensor of a list, contiguous: the flat input of scatter and
-// reduce_scatter.
-at::Tensor packRows(const std::vector<at::Tensor>& tensors) {
-  std::vector<at::Tensor> rows;
-  rows.reserve(tensors.size());
-  for (const auto& t : tensors) rows.push_back(t.reshape({-1}));
-  return at::stack(rows);
-}
-
-// After the call: row i of flat into targets[i] (all_gather's and gather's lists).
-std::function<void()> unpackRows(const at::Tensor& flat, std::vector<at::Tensor> targets) {
-  return [flat, targets = std::move(targets)]() mutable {
-    for (size_t i = 0; i < targets.size(); ++i)
-      targets[i].copy_(flat[static_cast<int64_t>(i)].view(targets[i].sizes()));
-  };
-}
-
-size_t bytesOf(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
-
-// A contiguous buffer for a tensor the call writes: the tensor itself, or a
-// copy whose contents go back into the tensor after the call.
-struct Staged {
-  at::Tensor buffer;
-  std::function<void()> copyBack;
-};
-Staged stageOutput(const at::Tensor& t, bool keepContents) {
-  if (t.is_contiguous()) return {t, nullptr};
-  at::Tensor buffer = keepContents ? t.contiguous() : at::empty(t.sizes(), t.options());
-  at::Tensor target = t;
-  return {buffer, [target, buffer]() mutable { target.copy_(buffer); }};
-}
-
-std::function<void()> chain(std::function<void()> a, std::function<void()> b) {
-  if (!a) return b;
-  if (!b) return a;
-  return [a = std::move(a), b = std::move(b)] {
-    a();
-    b();
-  };
 }
 
 }  // namespace
@@ -145,6 +74,11 @@ PlaitWork::PlaitWork(int rank, c10d::OpType type, std::vector<at::Tensor> output
       what_(std::move(what)) {}
 
 bool PlaitWork::wait(std::chrono::milliseconds timeout) {
+  if (device_) {  // completed when enqueued (device.h): the caller's stream waits, not the host
+    if (exception_) std::rethrow_exception(exception_);
+    device_->block();
+    return true;
+  }
   const std::chrono::milliseconds limit = timeout == kNoTimeout ? timeout_ : timeout;
   // Yield for a short while before sleeping (spin → yield → block): a small
   // call ends within tens of microseconds, and a condition variable's
@@ -175,10 +109,27 @@ void PlaitWork::markFuture(const c10::intrusive_ptr<c10::ivalue::Future>& future
 c10::intrusive_ptr<c10::ivalue::Future> PlaitWork::getFuture() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!future_) {
-    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices_);
     if (completed_) markFuture(future_);  // no callbacks yet: nothing runs under the lock
   }
   return future_;
+}
+
+void PlaitWork::onDevice(std::shared_ptr<DeviceCompletion> done, c10::Device device) {
+  device_ = std::move(done);
+  devices_ = {device};
+}
+
+bool PlaitWork::isCompleted() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!completed_ || exception_ || !device_) return completed_;
+  }
+  return device_->query();
+}
+
+void PlaitWork::synchronize() {
+  if (device_) device_->synchronize();
 }
 
 void PlaitWork::complete(std::exception_ptr error) {
@@ -187,6 +138,10 @@ void PlaitWork::complete(std::exception_ptr error) {
     std::lock_guard<std::mutex> lock(mutex_);
     completed_ = true;
     exception_ = error;
+    // On CUDA tensors the Future is made now, under the operation's stream:
+    // marking it records the event its users' streams wait on.
+    if (device_ && !future_)
+      future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices_);
     future = future_;
   }
   done_.store(true, std::memory_order_release);
@@ -277,7 +232,10 @@ void ProcessGroupPlait::checkList(const std::vector<std::vector<at::Tensor>>& li
 }
 
 void ProcessGroupPlait::runSteps(std::span<const Step> steps, bool grouped,
-                                 std::span<const c10::intrusive_ptr<PlaitWork>> works) {
+                                 std::span<const c10::intrusive_ptr<PlaitWork>> works, const c10::Device& device) {
+  std::optional<DeviceScope> scope;  // CUDA tensors: the caller's current stream on their device
+  if (device.is_cuda()) scope.emplace(device);
+  const cudaStream_t stream = scope ? scope->stream() : nullptr;
   std::exception_ptr error;
   std::string why;
   ncclComm_t comm = state_->use(&why);
@@ -289,7 +247,7 @@ void ProcessGroupPlait::runSteps(std::span<const Step> steps, bool grouped,
       std::optional<DeferredDestroys> destroys;  // a group's PreMulSums outlive its ncclGroupEnd
       if (grouped) destroys.emplace();
       for (const Step& step : steps)
-        if (r == ncclSuccess) r = step.body(comm);
+        if (r == ncclSuccess) r = step.body(comm, stream);
       if (grouped) {
         const ncclResult_t end = ncclGroupEnd();
         if (r == ncclSuccess) r = end;
@@ -308,6 +266,10 @@ void ProcessGroupPlait::runSteps(std::span<const Step> steps, bool grouped,
       }
     }
   }
+  if (scope) {
+    std::shared_ptr<DeviceCompletion> done = scope->record();
+    for (const auto& work : works) work->onDevice(done, device);
+  }
   for (const auto& work : works) work->complete(error);
 }
 
@@ -316,6 +278,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::submit(c10d::OpType type, cons
                                                          std::vector<at::Tensor> keepAlive,
                                                          std::chrono::milliseconds timeout, bool async, Step step) {
   TORCH_CHECK(stream_ != nullptr, "plait: ", what, " on a process group that was shut down");
+  const c10::Device device = deviceOf({&outputs, &keepAlive}, what);
+  if (coalescing_) {
+    TORCH_CHECK(!heldDevice_ || *heldDevice_ == device, "plait: a coalesced group mixes tensors on ", *heldDevice_,
+                " and ", device, "; one group runs on one device");
+    heldDevice_ = device;
+  }
   ++seq_;
   auto work = c10::make_intrusive<PlaitWork>(rank_, type, std::move(outputs), timeoutOf(timeout), state_,
                                              std::string(what) + " #" + std::to_string(seq_));
@@ -334,17 +302,30 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::submit(c10d::OpType type, cons
   // hand-offs fewer (the stream's wake-up and the caller's). Only where
   // Plait's own deadline is no longer than the call's timeout, since no
   // Work::wait() can end an inline call early.
+  // On CUDA tensors the call only enqueues: always on the caller's thread,
+  // whose current stream orders it.
   const bool deadlineFits =
       libraryTimeoutMs_ > 0 && work->timeout() >= std::chrono::milliseconds(libraryTimeoutMs_);
+  if (device.is_cuda()) {
+    drainHostStream();
+    runSteps({&held, 1}, /*grouped=*/false, {&work, 1}, device);
+    return work;
+  }
   if (!async && deadlineFits && stream_->idle()) {
-    runSteps({&held, 1}, /*grouped=*/false, {&work, 1});
+    runSteps({&held, 1}, /*grouped=*/false, {&work, 1}, device);
     return work;
   }
   stream_->enqueue([this, held = std::move(held), work]() {
-    runSteps({&held, 1}, /*grouped=*/false, {&work, 1});
+    runSteps({&held, 1}, /*grouped=*/false, {&work, 1}, c10::Device(c10::kCPU));
     return plait::Status::ok();
   });
   return work;
+}
+
+void ProcessGroupPlait::drainHostStream() {
+  // Each queued call is bounded by Plait's deadline; their errors reach
+  // their own Works, so the stream's summary is not this call's.
+  if (!stream_->idle()) (void)stream_->synchronize();
 }
 
 void ProcessGroupPlait::startCoalescing() {
@@ -363,10 +344,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::endCoalescing() {
   std::vector<c10::intrusive_ptr<PlaitWork>> works = std::move(heldWorks_);
   works.push_back(all);
   std::vector<Step> steps = std::move(held_);
+  const c10::Device device = heldDevice_.value_or(c10::Device(c10::kCPU));
   held_.clear();
   heldWorks_.clear();
+  heldDevice_.reset();
+  if (device.is_cuda()) {
+    drainHostStream();
+    runSteps(steps, /*grouped=*/true, works, device);
+    return all;
+  }
   stream_->enqueue([this, steps = std::move(steps), works = std::move(works)]() {
-    runSteps(steps, /*grouped=*/true, works);
+    runSteps(steps, /*grouped=*/true, works, c10::Device(c10::kCPU));
     return plait::Status::ok();
   });
   return all;
@@ -384,330 +372,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::coalesced(const char* what, si
       coalescing_ = false;
       held_.clear();
       heldWorks_.clear();
+      heldDevice_.reset();
     }
     throw;
   }
   return outer ? c10::intrusive_ptr<c10d::Work>(heldWorks_.back()) : endCoalescing();
-}
-
-// ---- Collectives ----------------------------------------------------------
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::broadcast(std::vector<at::Tensor>& tensors,
-                                                            const c10d::BroadcastOptions& opts) {
-  checkSingle(tensors, "broadcast");
-  const int root = checkRoot(opts.rootRank, "broadcast");
-  Staged s = stageOutput(tensors[0], /*keepContents=*/true);
-  at::Tensor buf = s.buffer;
-  return submit(c10d::OpType::BROADCAST, "broadcast", tensors, {}, opts.timeout, opts.asyncOp,
-                {[buf, root](ncclComm_t c) {
-                   return ncclBroadcast(buf.data_ptr(), buf.data_ptr(), bytesOf(buf), ncclUint8, root, c, nullptr);
-                 },
-                 s.copyBack});
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::allreduce(std::vector<at::Tensor>& tensors,
-                                                            const c10d::AllreduceOptions& opts) {
-  checkSingle(tensors, "all_reduce");
-  const at::Tensor& t = tensors[0];
-  Reduction red = reductionFor(t, opts.reduceOp, "all_reduce");
-  Staged s = stageOutput(t, /*keepContents=*/true);
-  at::Tensor buf = s.buffer;
-  if (red.bitwise != ncclNumOps) {
-    at::Tensor gathered = at::empty({size_, t.numel()}, t.options());
-    const auto op = opts.reduceOp.op_;
-    return submit(c10d::OpType::ALLREDUCE, "all_reduce", tensors, {}, opts.timeout, opts.asyncOp,
-                  {[buf, gathered](ncclComm_t c) {
-                     return ncclAllGather(buf.data_ptr(), gathered.data_ptr(), bytesOf(buf), ncclUint8, c, nullptr);
-                   },
-                   chain([buf, gathered, op] { foldBitwise(gathered, buf, op); }, s.copyBack)});
-  }
-  at::Tensor real = realView(buf);
-  return submit(c10d::OpType::ALLREDUCE, "all_reduce", tensors, {}, opts.timeout, opts.asyncOp,
-                {[real, red](ncclComm_t c) {
-                   return red.run(c, [&](ncclRedOp_t op) {
-                     return ncclAllReduce(real.data_ptr(), real.data_ptr(), real.numel(), red.type, op, c, nullptr);
-                   });
-                 },
-                 s.copyBack});
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::allreduce_coalesced(std::vector<at::Tensor>& tensors,
-                                                                      const c10d::AllreduceCoalescedOptions& opts) {
-  return coalesced("allreduce_coalesced", tensors.size(), [&](size_t i) {
-    std::vector<at::Tensor> one{tensors[i]};
-    allreduce(one, opts);
-  });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::reduce(std::vector<at::Tensor>& tensors,
-                                                         const c10d::ReduceOptions& opts) {
-  checkSingle(tensors, "reduce");
-  const int root = checkRoot(opts.rootRank, "reduce");
-  const at::Tensor& t = tensors[0];
-  Reduction red = reductionFor(t, opts.reduceOp, "reduce");
-  TORCH_CHECK(red.bitwise == ncclNumOps, "plait: reduce: bitwise reductions are available in all_reduce only");
-  Staged s = stageOutput(t, /*keepContents=*/true);
-  at::Tensor real = realView(s.buffer);
-  return submit(c10d::OpType::REDUCE, "reduce", tensors, {}, opts.timeout, opts.asyncOp,
-                {[real, red, root](ncclComm_t c) {
-                   return red.run(c, [&](ncclRedOp_t op) {
-                     return ncclReduce(real.data_ptr(), real.data_ptr(), real.numel(), red.type, op, root, c,
-                                       nullptr);
-                   });
-                 },
-                 rank_ == root ? s.copyBack : nullptr});
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                                                  const c10d::AllgatherOptions& opts) {
-  checkBlocks(output, input, size_, "all_gather_into_tensor", "output");
-  at::Tensor in = input.contiguous();
-  Staged s = stageOutput(output, /*keepContents=*/false);
-  at::Tensor out = s.buffer;
-  return submit(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output}, {in}, opts.timeout, opts.asyncOp,
-                {[in, out](ncclComm_t c) {
-                   return ncclAllGather(in.data_ptr(), out.data_ptr(), bytesOf(in), ncclUint8, c, nullptr);
-                 },
-                 s.copyBack});
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                            std::vector<at::Tensor>& inputs,
-                                                            const c10d::AllgatherOptions& opts) {
-  checkSingle(inputs, "all_gather");
-  checkList(outputs, inputs[0], "all_gather", "output");
-  at::Tensor in = inputs[0].contiguous();
-  at::Tensor flat = at::empty({size_, in.numel()}, in.options());
-  std::vector<at::Tensor> targets = outputs[0];
-  return submit(c10d::OpType::ALLGATHER, "all_gather", targets, {in}, opts.timeout, opts.asyncOp,
-                {[in, flat](ncclComm_t c) {
-                   return ncclAllGather(in.data_ptr(), flat.data_ptr(), bytesOf(in), ncclUint8, c, nullptr);
-                 },
-                 unpackRows(flat, targets)});
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::allgather_coalesced(
-    std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK(outputLists.size() == inputs.size(), "plait: allgather_coalesced: ", inputs.size(), " inputs and ",
-              outputLists.size(), " output lists");
-  return coalesced("allgather_coalesced", inputs.size(), [&](size_t i) {
-    std::vector<std::vector<at::Tensor>> out{outputLists[i]};
-    std::vector<at::Tensor> in{inputs[i]};
-    allgather(out, in, opts);
-  });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK(outputs.size() == inputs.size(), "plait: all_gather_into_tensor_coalesced: ", inputs.size(),
-              " inputs and ", outputs.size(), " outputs");
-  return coalesced("all_gather_into_tensor_coalesced", inputs.size(),
-                   [&](size_t i) { _allgather_base(outputs[i], inputs[i], opts); });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                         std::vector<at::Tensor>& inputs,
-                                                         const c10d::GatherOptions& opts) {
-  checkSingle(inputs, "gather");
-  const int root = checkRoot(opts.rootRank, "gather");
-  at::Tensor in = inputs[0].contiguous();
-  std::vector<at::Tensor> targets;
-  at::Tensor flat;
-  if (rank_ == root) {
-    checkList(outputs, in, "gather", "root's output");
-    targets = outputs[0];
-    flat = at::empty({size_, in.numel()}, in.options());
-  } else {
-    TORCH_CHECK(outputs.empty() || outputs[0].empty(), "plait: gather: only the root passes output tensors");
-  }
-  return submit(c10d::OpType::GATHER, "gather", targets, {in}, opts.timeout, opts.asyncOp,
-                {[in, flat, root](ncclComm_t c) {
-                   return ncclGather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, bytesOf(in),
-                                     ncclUint8, root, c, nullptr);
-                 },
-                 unpackRows(flat, targets)});
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::scatter(std::vector<at::Tensor>& outputs,
-                                                          std::vector<std::vector<at::Tensor>>& inputs,
-                                                          const c10d::ScatterOptions& opts) {
-  checkSingle(outputs, "scatter");
-  const int root = checkRoot(opts.rootRank, "scatter");
-  at::Tensor flat;
-  if (rank_ == root) {
-    checkList(inputs, outputs[0], "scatter", "root's input");
-    flat = packRows(inputs[0]);
-  } else {
-    TORCH_CHECK(inputs.empty() || inputs[0].empty(), "plait: scatter: only the root passes input tensors");
-  }
-  Staged s = stageOutput(outputs[0], /*keepContents=*/false);
-  at::Tensor out = s.buffer;
-  return submit(c10d::OpType::SCATTER, "scatter", outputs, {}, opts.timeout, opts.asyncOp,
-                {[flat, out, root](ncclComm_t c) {
-                   return ncclScatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), bytesOf(out),
-                                      ncclUint8, root, c, nullptr);
-                 },
-                 s.copyBack});
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
-                                                                       const c10d::ReduceScatterOptions& opts) {
-  checkBlocks(input, output, size_, "reduce_scatter_tensor", "input");
-  Reduction red = reductionFor(output, opts.reduceOp, "reduce_scatter_tensor");
-  TORCH_CHECK(red.bitwise == ncclNumOps, "plait: reduce_scatter: bitwise reductions are available in all_reduce only");
-  at::Tensor in = realView(input.contiguous());
-  Staged s = stageOutput(output, /*keepContents=*/false);
-  at::Tensor out = realView(s.buffer);
-  return submit(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, {in}, opts.timeout, opts.asyncOp,
-                {[in, out, red](ncclComm_t c) {
-                   return red.run(c, [&](ncclRedOp_t op) {
-                     return ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), red.type, op, c, nullptr);
-                   });
-                 },
-                 s.copyBack});
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::reduce_scatter(std::vector<at::Tensor>& outputs,
-                                                                 std::vector<std::vector<at::Tensor>>& inputs,
-                                                                 const c10d::ReduceScatterOptions& opts) {
-  checkSingle(outputs, "reduce_scatter");
-  checkList(inputs, outputs[0], "reduce_scatter", "input");
-  at::Tensor flat = packRows(inputs[0]).view({-1});
-  return _reduce_scatter_base(outputs[0], flat, opts);
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::reduce_scatter_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  TORCH_CHECK(outputs.size() == inputs.size(), "plait: reduce_scatter_tensor_coalesced: ", inputs.size(),
-              " inputs and ", outputs.size(), " outputs");
-  return coalesced("reduce_scatter_tensor_coalesced", inputs.size(),
-                   [&](size_t i) { _reduce_scatter_base(outputs[i], inputs[i], opts); });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::alltoall_base(at::Tensor& output, at::Tensor& input,
-                                                                std::vector<int64_t>& outputSplits,
-                                                                std::vector<int64_t>& inputSplits,
-                                                                const c10d::AllToAllOptions& opts) {
-  checkTensor(output, "all_to_all_single");
-  checkTensor(input, "all_to_all_single");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "plait: all_to_all_single: output is ",
-              output.scalar_type(), ", input ", input.scalar_type());
-  at::Tensor in = input.contiguous();
-  Staged s = stageOutput(output, /*keepContents=*/false);
-  at::Tensor out = s.buffer;
-  const int n = size_;
-  if (outputSplits.empty() && inputSplits.empty()) {
-    TORCH_CHECK(in.numel() == out.numel() && in.numel() % n == 0, "plait: all_to_all_single: input and output need ",
-                "the same number of elements, a multiple of ", n, " (", in.numel(), ", ", out.numel(), ")");
-    return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output}, {in}, opts.timeout, opts.asyncOp,
-                  {[in, out, n](ncclComm_t c) {
-                     return ncclAlltoAll(in.data_ptr(), out.data_ptr(), bytesOf(in) / n, ncclUint8, c, nullptr);
-                   },
-                   s.copyBack});
-  }
-  // Uneven: splits count rows of dimension 0; each pair is a send and a receive.
-  auto offsets = [n](const at::Tensor& t, const std::vector<int64_t>& splits, const char* side) {
-    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
-    const size_t rowBytes = rows == 0 ? 0 : bytesOf(t) / static_cast<size_t>(rows);
-    std::vector<int64_t> split = splits;
-    if (split.empty()) {
-      TORCH_CHECK(rows % n == 0, "plait: all_to_all_single: ", side, " has ", rows, " rows, not a multiple of ", n);
-      split.assign(n, rows / n);
-    }
-    TORCH_CHECK(static_cast<int>(split.size()) == n, "plait: all_to_all_single: ", side, " splits have ",
-                split.size(), " entries for ", n, " ranks");
-    std::vector<std::pair<size_t, size_t>> spans;  // byte offset, byte count
-    int64_t at = 0;
-    for (int64_t k : split) {
-      TORCH_CHECK(k >= 0, "plait: all_to_all_single: a negative split (", k, ")");
-      spans.emplace_back(static_cast<size_t>(at) * rowBytes, static_cast<size_t>(k) * rowBytes);
-      at += k;
-    }
-    TORCH_CHECK(at == rows, "plait: all_to_all_single: ", side, " splits add up to ", at, " rows; the tensor has ",
-                rows);
-    return spans;
-  };
-  auto sendSpans = offsets(in, inputSplits, "input");
-  auto recvSpans = offsets(out, outputSplits, "output");
-  return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output}, {in}, opts.timeout, opts.asyncOp,
-                {[in, out, sendSpans, recvSpans, n](ncclComm_t c) {
-                   auto* src = static_cast<const char*>(in.data_ptr());
-                   auto* dst = static_cast<char*>(out.data_ptr());
-                   ncclResult_t r = ncclGroupStart();
-                   for (int p = 0; p < n && r == ncclSuccess; ++p) {
-                     r = ncclSend(src + sendSpans[p].first, sendSpans[p].second, ncclUint8, p, c, nullptr);
-                     if (r == ncclSuccess)
-                       r = ncclRecv(dst + recvSpans[p].first, recvSpans[p].second, ncclUint8, p, c, nullptr);
-                   }
-                   const ncclResult_t end = ncclGroupEnd();
-                   return r != ncclSuccess ? r : end;
-                 },
-                 s.copyBack});
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::alltoall(std::vector<at::Tensor>& outputs,
-                                                           std::vector<at::Tensor>& inputs,
-                                                           const c10d::AllToAllOptions& opts) {
-  TORCH_CHECK(static_cast<int>(outputs.size()) == size_ && static_cast<int>(inputs.size()) == size_,
-              "plait: all_to_all: the input and output lists must hold ", size_, " tensors each");
-  std::vector<at::Tensor> ins, outs;
-  std::function<void()> copyBack;
-  for (int p = 0; p < size_; ++p) {
-    checkTensor(inputs[p], "all_to_all");
-    checkTensor(outputs[p], "all_to_all");
-    TORCH_CHECK(inputs[p].scalar_type() == outputs[p].scalar_type(), "plait: all_to_all: tensors of different types");
-    ins.push_back(inputs[p].contiguous());
-    Staged s = stageOutput(outputs[p], /*keepContents=*/false);
-    outs.push_back(s.buffer);
-    copyBack = chain(std::move(copyBack), std::move(s.copyBack));
-  }
-  return submit(c10d::OpType::ALLTOALL, "all_to_all", outputs, ins, opts.timeout, opts.asyncOp,
-                {[ins, outs](ncclComm_t c) {
-                   ncclResult_t r = ncclGroupStart();
-                   for (size_t p = 0; p < ins.size() && r == ncclSuccess; ++p) {
-                     r = ncclSend(ins[p].data_ptr(), bytesOf(ins[p]), ncclUint8, static_cast<int>(p), c, nullptr);
-                     if (r == ncclSuccess)
-                       r = ncclRecv(outs[p].data_ptr(), bytesOf(outs[p]), ncclUint8, static_cast<int>(p), c, nullptr);
-                   }
-                   const ncclResult_t end = ncclGroupEnd();
-                   return r != ncclSuccess ? r : end;
-                 },
-                 copyBack});
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::send(std::vector<at::Tensor>& tensors, int dstRank, int /*tag*/) {
-  checkSingle(tensors, "send");
-  TORCH_CHECK(dstRank >= 0 && dstRank < size_ && dstRank != rank_, "plait: send: destination ", dstRank,
-              " is not another rank of this group of ", size_);
-  at::Tensor in = tensors[0].contiguous();
-  return submit(c10d::OpType::SEND, "send", tensors, {in}, c10d::kUnsetTimeout, /*async=*/true,
-                {[in, dstRank](ncclComm_t c) {
-                   return ncclSend(in.data_ptr(), bytesOf(in), ncclUint8, dstRank, c, nullptr);
-                 },
-                 nullptr});
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::recv(std::vector<at::Tensor>& tensors, int srcRank, int /*tag*/) {
-  checkSingle(tensors, "recv");
-  TORCH_CHECK(srcRank >= 0 && srcRank < size_ && srcRank != rank_, "plait: recv: source ", srcRank,
-              " is not another rank of this group of ", size_);
-  Staged s = stageOutput(tensors[0], /*keepContents=*/false);
-  at::Tensor out = s.buffer;
-  return submit(c10d::OpType::RECV, "recv", tensors, {}, c10d::kUnsetTimeout, /*async=*/true,
-                {[out, srcRank](ncclComm_t c) {
-                   return ncclRecv(out.data_ptr(), bytesOf(out), ncclUint8, srcRank, c, nullptr);
-                 },
-                 s.copyBack});
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::barrier(const c10d::BarrierOptions& opts) {
-  at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kByte));
-  return submit(c10d::OpType::BARRIER, "barrier", {}, {}, opts.timeout, opts.asyncOp,
-                {[token](ncclComm_t c) {
-                   return ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclUint8, ncclSum, c, nullptr);
-                 },
-                 nullptr});
 }
 
 c10::intrusive_ptr<c10d::Backend> createProcessGroupPlait(const c10::intrusive_ptr<c10d::Store>& store, int rank,

@@ -10,15 +10,20 @@
 // Rendezvous goes through the c10d store torch hands the backend: rank 0
 // publishes the unique id under "plait/uid", the others read it.
 //
+// CUDA tensors (where torch has CUDA, device.h): the same calls with device
+// pointers, enqueued on the caller's thread on torch's current stream, never
+// on the host stream; the Work waits on an event. Every tensor of one
+// operation, and of one coalesced group, is on one device.
+//
 // Thread safety: torch calls a backend from one thread at a time per group;
-// abort() may come from any thread. Device: CPU tensors; a CUDA tensor is
-// refused with a message (this build has no device path through torch).
+// abort() may come from any thread.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,6 +32,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "device.h"
 #include "nccl.h"
 #include "plait/stream.hpp"
 
@@ -54,17 +60,25 @@ class PlaitWork : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
-  void synchronize() override {}
+  // On CUDA tensors: whether the kernels finished; the host waits for them.
+  bool isCompleted() override;
+  void synchronize() override;
   const std::string& what() const { return what_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
-  // Called once by the stream's thread: nullptr means success.
+  // Called once by the stream's thread (or, on CUDA tensors, the caller's,
+  // after onDevice): nullptr means success.
   void complete(std::exception_ptr error);
+  // An operation on CUDA tensors: `done` was recorded after its kernels on
+  // the current stream of `device`, which complete() is called under.
+  void onDevice(std::shared_ptr<DeviceCompletion> done, c10::Device device);
 
  private:
   std::vector<at::Tensor> outputs_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<CommState> state_;
   std::string what_;
+  std::shared_ptr<DeviceCompletion> device_;  // set before complete(), on CUDA tensors only
+  std::vector<c10::Device> devices_;          // the Future's: its events sync the caller's streams
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // made on request, guarded by mutex_
   std::atomic<bool> done_{false};  // completed_, readable without the lock (wait's yield loop)
   static constexpr int kYieldMicros = 50;
@@ -133,9 +147,11 @@ class ProcessGroupPlait : public c10d::Backend {
   static std::string libraryPath();
 
  private:
-  // One queued Plait call: runs on the stream's thread with the handle; a
-  // non-success result becomes the Work's error (with ncclGetLastError).
-  using Body = std::function<ncclResult_t(ncclComm_t)>;
+  // One queued Plait call: runs on the stream's thread with the handle and a
+  // null stream (host tensors), or on the caller's with torch's current CUDA
+  // stream (CUDA tensors); a non-success result becomes the Work's error
+  // (with ncclGetLastError).
+  using Body = std::function<ncclResult_t(ncclComm_t, cudaStream_t)>;
   struct Step {
     Body body;
     std::function<void()> after;  // copies out of staging buffers; may be empty
@@ -146,7 +162,13 @@ class ProcessGroupPlait : public c10d::Backend {
   // Calls each(0..n-1) inside one coalescing region: this call's, or the
   // caller's already open one (then the caller's endCoalescing runs them).
   c10::intrusive_ptr<c10d::Work> coalesced(const char* what, size_t n, const std::function<void(size_t)>& each);
-  void runSteps(std::span<const Step> steps, bool grouped, std::span<const c10::intrusive_ptr<PlaitWork>> works);
+  // Runs the steps (one group when grouped) and completes the works: on the
+  // host when `device` is the CPU, else enqueued on its current stream.
+  void runSteps(std::span<const Step> steps, bool grouped, std::span<const c10::intrusive_ptr<PlaitWork>> works,
+                const c10::Device& device);
+  // Before an operation on CUDA tensors runs on the caller's thread: the host
+  // stream's queued calls end first (a communicator takes one call at a time).
+  void drainHostStream();
   // The root of a rooted collective, checked against the group's size.
   int checkRoot(int64_t root, const char* what) const;
   // A list argument (one list of size() tensors, each like `like`).
@@ -163,6 +185,7 @@ class ProcessGroupPlait : public c10d::Backend {
   // as one ncclGroupStart/End group.
   bool coalescing_ = false;
   std::vector<Step> held_;
+  std::optional<c10::Device> heldDevice_;  // the device of what held_ holds
   std::vector<c10::intrusive_ptr<PlaitWork>> heldWorks_;
   std::vector<at::Tensor> heldOutputs_;
 };

@@ -6,7 +6,9 @@
 
 Every c10d collective runs on CPU tensors through Plait's C API (the same
 libnccl ABI NCCL programs use), asynchronously on a Plait host stream per
-process group. Rendezvous goes through the store torch gives the backend:
+process group; on CUDA tensors (cuda_built(): where torch has CUDA) the same
+calls are enqueued on torch's current stream, as NCCL's backend does (not yet
+run on a GPU). Rendezvous goes through the store torch gives the backend:
 rank 0 publishes Plait's unique id there.
 """
 import os
@@ -16,9 +18,10 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["ProcessGroupPlait", "library_path", "version"]
+__all__ = ["ProcessGroupPlait", "cuda_built", "library_path", "version"]
 
 ProcessGroupPlait = _C.ProcessGroupPlait
+cuda_built = _C.cuda_built
 library_path = _C.library_path
 version = _C.version
 

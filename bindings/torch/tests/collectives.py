@@ -224,6 +224,66 @@ def run_plait_only(rank, world, results):
     results["plait_checks/coalesced_bad_size"] = torch.tensor([named, bool((t == world * (world + 1) / 2).all())])
 
 
+def run_device(rank, world, backend, init, out_prefix):
+    """CUDA tensors (one GPU per rank) on plait, CPU tensors on gloo: the same
+    cases, results saved on the CPU. Only where torch sees `world` GPUs."""
+    if backend == "plait":
+        import plait_torch  # noqa: F401
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world)
+    results = {}
+    n = 4099
+    for dtype in (torch.float32, torch.bfloat16, torch.int32):
+        for opname in ("sum", "max"):
+            case = f"device/all_reduce/{opname}/{name(dtype)}"
+            t = values(case, rank, n, dtype).to(device)
+            dist.all_reduce(t, op=OPS[opname])
+            results[case] = t.cpu()
+    x = values("device/gather", rank, n, torch.float32).to(device)
+    out = torch.empty(world * n, device=device)
+    dist.all_gather_into_tensor(out, x)
+    results["device/all_gather_into_tensor"] = out.cpu()
+    big = values("device/rs", rank, world * n, torch.float32).to(device)
+    part = torch.empty(n, device=device)
+    dist.reduce_scatter_tensor(part, big)
+    results["device/reduce_scatter_tensor"] = part.cpu()
+    b = values("device/bcast", rank, n, torch.int32).to(device)
+    dist.broadcast(b, src=world - 1)
+    results["device/broadcast"] = b.cpu()
+    rows = [r + 1 for r in range(world)]  # uneven: rank r sends r+1 rows to each peer
+    inp = values("device/a2a", rank, rows[rank] * world * 3, torch.float32).view(-1, 3).to(device)
+    outp = torch.empty(sum(rows), 3, device=device)
+    dist.all_to_all_single(outp, inp, output_split_sizes=rows, input_split_sizes=[rows[rank]] * world)
+    results["device/all_to_all_single"] = outp.cpu()
+    # Non-contiguous (a transposed view), async with a wait, and a coalesced pair.
+    m = values("device/strided", rank, 64 * 33, torch.float32).view(64, 33).to(device).t()
+    dist.all_reduce(m, async_op=True).wait()
+    results["device/strided"] = m.cpu()
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    ts = [values(f"device/coalesced{i}", rank, 1000 + i, torch.float32).to(device) for i in range(2)]
+    with _coalescing_manager(async_ops=True) as cm:
+        for t in ts:
+            dist.all_reduce(t)
+    cm.wait()
+    results.update({f"device/coalesced{i}": t.cpu() for i, t in enumerate(ts)})
+    if world >= 2:
+        msg = values("device/p2p", rank, n, torch.float32).to(device)
+        got = torch.empty(n, device=device)
+        if rank == 0:
+            dist.send(msg, 1)
+            dist.recv(got, 1)
+        elif rank == 1:
+            dist.recv(got, 0)
+            dist.send(msg, 0)
+        if rank < 2:
+            results["device/send_recv"] = got.cpu()
+    dist.destroy_process_group()
+    torch.save(results, f"{out_prefix}.{rank}")
+
+
 def run(rank, world, backend, init, out_prefix):
     if backend == "plait":
         import plait_torch  # noqa: F401  (registers the backend)

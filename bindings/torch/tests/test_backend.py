@@ -1,10 +1,11 @@
 """plait_torch's tests: torch.distributed on "plait" against "gloo" (and references).
 
-    python test_backend.py [--worlds 2,4] [--only collectives,training,failures]
+    python test_backend.py [--worlds 2,4] [--only collectives,cuda,training,torchrun,failures]
 
 For each world size: every collective, type and op of collectives.py on both
 backends, compared tensor by tensor (integers, min/max and data movement bit
-for bit; floating sums with torch's default tolerances); what Gloo lacks
+for bit; floating sums with torch's default tolerances); the same on CUDA
+tensors where torch sees a GPU per rank (not here: unverified); what Gloo lacks
 against a reference computed from the same inputs; DDP (buckets, comm hook,
 no_sync, gradient views) and ZeroRedundancyOptimizer trained 20 steps on both,
 losses and parameters compared; a rank that never joins (the group's timeout
@@ -120,6 +121,29 @@ def test_collectives(world, workdir):
                 check(reference(case, world)(got), f"{world} ranks, rank {r}: {case} against the reference")
 
 
+def test_cuda(world, workdir):
+    """CUDA tensors: built where torch has CUDA; run where it sees a GPU per rank."""
+    import plait_torch
+    from torch.utils.cpp_extension import CUDA_HOME
+    expected = (os.environ.get("PLAIT_TORCH_CUDA", "1") != "0" and torch.version.cuda is not None
+                and CUDA_HOME is not None and os.path.exists(os.path.join(CUDA_HOME, "include", "cuda_runtime_api.h")))
+    check(plait_torch.cuda_built() == expected,
+          f"plait_torch built {'with' if plait_torch.cuda_built() else 'without'} CUDA tensors "
+          f"(torch CUDA {torch.version.cuda}, toolkit {CUDA_HOME})")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not plait_torch.cuda_built() or gpus < world:
+        print(f"        CUDA tensors at {world} ranks: not run ({gpus} GPU(s) here)")
+        return
+    gloo, _ = run_on(collectives.run_device, world, "gloo", workdir)
+    plait, tp = run_on(collectives.run_device, world, "plait", workdir)
+    print(f"        (CUDA tensors, {world} ranks: plait {tp:.1f} s)")
+    for r in range(world):
+        for case, want in gloo[r].items():
+            got = plait[r].get(case)
+            ok, why = (False, "missing") if got is None else same(got, want)
+            check(ok, f"{world} ranks, rank {r}: {case} on CUDA tensors {why}")
+
+
 def test_training(world, workdir):
     gloo_runs, tg = run_on(training.train, world, "gloo", workdir)
     plait_runs, tp = run_on(training.train, world, "plait", workdir)
@@ -170,7 +194,7 @@ def test_failures(workdir):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worlds", default="2,4")
-    parser.add_argument("--only", default="collectives,training,torchrun,failures")
+    parser.add_argument("--only", default="collectives,cuda,training,torchrun,failures")
     parser.add_argument("--training-worlds", default="2,4", help="world sizes of the training runs")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -179,6 +203,8 @@ def main():
             for world in (int(w) for w in args.worlds.split(",")):
                 if "collectives" in only:
                     test_collectives(world, workdir)
+                if "cuda" in only:
+                    test_cuda(world, workdir)
                 if "training" in only and str(world) in args.training_worlds.split(","):
                     test_training(world, workdir)
             if "torchrun" in only:
