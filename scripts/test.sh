@@ -87,6 +87,7 @@ await_build() {
 if [[ "${SKIP_TORCH:-0}" != 1 ]]; then
   mkdir -p "$ROOT/build-torch"
   step torch-install env PLAIT_SKIP_SETUP=1 "$ROOT/scripts/setup_torch.sh" --install-only &
+  torch_install_pid=$!
 fi
 "$ROOT/scripts/build.sh" "${opt_flags[@]}" "${launcher[@]}" \
   -DCMAKE_CUDA_ARCHITECTURES="${PLAIT_TEST_CUDA_ARCHITECTURES:-90}" -DCMAKE_CUDA_FLAGS="${PLAIT_TEST_CUDA_FLAGS:-}"
@@ -95,7 +96,10 @@ phase build
 # What each later build is.
 # The PyTorch backend's extension against build/'s library, once the wheel is in.
 torch_ext() {
-  while [[ ! -f "$logs/torch-install.rc" ]]; do sleep 1; done
+  while [[ ! -f "$logs/torch-install.rc" ]]; do
+    kill -0 "$torch_install_pid" 2>/dev/null || [[ -f "$logs/torch-install.rc" ]] || { echo "the torch install died"; return 1; }
+    sleep 1
+  done
   [[ "$(cat "$logs/torch-install.rc")" == 0 ]] || { echo "installing torch failed (SKIP_TORCH=1 skips the PyTorch backend)"; return 1; }
   PLAIT_SKIP_SETUP=1 "$ROOT/scripts/setup_torch.sh" | tail -1 >"$logs/torch-python"
 }

@@ -323,9 +323,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPlait::submit(c10d::OpType type, cons
 }
 
 void ProcessGroupPlait::drainHostStream() {
-  // Each queued call is bounded by Plait's deadline; their errors reach
-  // their own Works, so the stream's summary is not this call's.
-  if (!stream_->idle()) (void)stream_->synchronize();
+  // The queued calls' errors reach their own Works (their steps return ok),
+  // so a non-ok status here is the group's timeout running out: as in
+  // Work::wait(), the communicator is aborted (ending the call in flight).
+  if (stream_->idle()) return;
+  if (!stream_->synchronize(timeout_.count()).isOk()) {
+    const std::string message = "plait: the calls queued before an operation on CUDA tensors did not end within " +
+                                std::to_string(timeout_.count()) + " ms (the process group's timeout); the " +
+                                "communicator is aborted";
+    state_->abort(message);
+    throwError(message);
+  }
 }
 
 void ProcessGroupPlait::startCoalescing() {

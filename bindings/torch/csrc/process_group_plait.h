@@ -167,7 +167,8 @@ class ProcessGroupPlait : public c10d::Backend {
   void runSteps(std::span<const Step> steps, bool grouped, std::span<const c10::intrusive_ptr<PlaitWork>> works,
                 const c10::Device& device);
   // Before an operation on CUDA tensors runs on the caller's thread: the host
-  // stream's queued calls end first (a communicator takes one call at a time).
+  // stream's queued calls end first (a communicator takes one call at a time),
+  // within the group's timeout, else the communicator is aborted and it raises.
   void drainHostStream();
   // The root of a rooted collective, checked against the group's size.
   int checkRoot(int64_t root, const char* what) const;

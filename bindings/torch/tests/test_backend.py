@@ -101,19 +101,25 @@ def reference(case, world):
     return lambda out: torch.allclose(out.to(want.dtype), want, **tol)
 
 
+def compare(gloo, plait, where, verbose):
+    """Every case of one rank's gloo results against its plait result; passes
+    are printed only when verbose (failures always)."""
+    for case, want in gloo.items():
+        got = plait.get(case)
+        if got is None:
+            check(False, f"{where}: {case} missing on plait")
+            continue
+        ok, why = same(got, want)
+        if not ok or verbose:
+            check(ok, f"{where}: {case} {why}")
+
+
 def test_collectives(world, workdir):
     gloo, tg = run_on(collectives.run, world, "gloo", workdir)
     plait, tp = run_on(collectives.run, world, "plait", workdir)
     print(f"        ({world} ranks: gloo {tg:.1f} s, plait {tp:.1f} s, including start-up)")
     for r in range(world):
-        for case, want in gloo[r].items():
-            got = plait[r].get(case)
-            if got is None:
-                check(False, f"{world} ranks, rank {r}: {case} missing on plait")
-                continue
-            ok, why = same(got, want)
-            if not ok or r == 0:
-                check(ok, f"{world} ranks, rank {r}: {case} {why}")
+        compare(gloo[r], plait[r], f"{world} ranks, rank {r}", r == 0)
         for case, got in plait[r].items():
             if case.startswith("plait_checks/"):  # plait-only conditions, all must hold
                 check(bool(got.all()), f"{world} ranks, rank {r}: {case} {got.tolist()}")
@@ -138,10 +144,7 @@ def test_cuda(world, workdir):
     plait, tp = run_on(collectives.run_device, world, "plait", workdir)
     print(f"        (CUDA tensors, {world} ranks: plait {tp:.1f} s)")
     for r in range(world):
-        for case, want in gloo[r].items():
-            got = plait[r].get(case)
-            ok, why = (False, "missing") if got is None else same(got, want)
-            check(ok, f"{world} ranks, rank {r}: {case} on CUDA tensors {why}")
+        compare(gloo[r], plait[r], f"{world} ranks, rank {r}, CUDA tensors", r == 0)
 
 
 def test_training(world, workdir):
