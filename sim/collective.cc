@@ -15,7 +15,14 @@ struct ClusterModel::ChannelFlows {
   double switchesPerNetHop = 0;
 };
 
-const char* simAlgoName(SimAlgo a) { return a == SimAlgo::kTree ? "tree" : "ring"; }
+const char* simAlgoName(SimAlgo a) {
+  switch (a) {
+    case SimAlgo::kRing: return "ring";
+    case SimAlgo::kTree: return "tree";
+    case SimAlgo::kNvls: return "nvls";
+  }
+  return "unknown";
+}
 
 namespace {
 
@@ -168,20 +175,57 @@ void ClusterModel::treeFlows(const SimComm& comm, int k, ChannelFlows* out) cons
   out->switchesPerNetHop = netEdges > 0 ? static_cast<double>(netSwitches) / netEdges : 0;
 }
 
+std::pair<int, int> ClusterModel::switchLinks(GpuRef g) const {
+  const topo::TopoSystem& sys = cluster_.host(g.host);
+  const int gpu = sys.of(topo::NodeType::kGpu)[g.ordinal];
+  for (int l : sys.nodes[gpu].links) {
+    const topo::TopoLink& link = sys.links[l];
+    if (link.type != topo::LinkType::kNvl || sys.nodes[link.to].type != topo::NodeType::kNvs) continue;
+    const int back = sys.findLink(link.to, gpu);
+    if (back >= 0) return {l, back};
+  }
+  return {-1, -1};
+}
+
+double ClusterModel::nvlsEfficiencyOn(const SimComm& comm) const {
+  if (comm.hosts.size() != 1 || comm.nranks() < 2) return 0;
+  double efficiency = 1;
+  for (const GpuRef& g : comm.members) {
+    if (switchLinks(g).first < 0) return 0;
+    efficiency = std::min(efficiency, nvlsEfficiency(cluster_.host(g.host).gpu(g.ordinal).gpu.sm));
+  }
+  return efficiency;
+}
+
+// NVLS: per channel, every GPU's link up to its NVSwitch and the one down,
+// a flow each (the reduced loads come down while the contributions go up,
+// and the multicast stores likewise, so both directions stream at once).
+void ClusterModel::nvlsFlows(const SimComm& comm, int k, ChannelFlows* out) const {
+  out->flows.clear();
+  for (int c = 0; c < k; ++c)
+    for (const GpuRef& g : comm.members) {
+      const auto [up, down] = switchLinks(g);
+      out->flows.push_back(Flow{{{fabric_.hostLink(g.host, up), 1.0}}, 0});
+      out->flows.push_back(Flow{{{fabric_.hostLink(g.host, down), 1.0}}, 0});
+    }
+  out->hops = HopCounts{1, 0, 0};
+}
+
 ClusterModel::ChannelFlows ClusterModel::flowsFor(const SimComm& comm, SimAlgo algo, int k) const {
   ChannelFlows out;
-  if (algo == SimAlgo::kTree) {
-    treeFlows(comm, k, &out);
-  } else {
-    ringFlows(comm, k, &out);
+  switch (algo) {
+    case SimAlgo::kTree: treeFlows(comm, k, &out); break;
+    case SimAlgo::kNvls: nvlsFlows(comm, k, &out); break;
+    case SimAlgo::kRing: ringFlows(comm, k, &out); break;
   }
   return out;
 }
 
-std::vector<double> ClusterModel::capacities(Protocol p) const {
+std::vector<double> ClusterModel::capacities(Protocol p, double nvls) const {
   const std::vector<SimLink>& links = fabric_.links();
   std::vector<double> capacity(links.size());
-  for (size_t l = 0; l < links.size(); ++l) capacity[l] = links[l].gbs * protocolEfficiency(p, hopClassOf(links[l].cls));
+  for (size_t l = 0; l < links.size(); ++l)
+    capacity[l] = links[l].gbs * (nvls > 0 ? nvls : protocolEfficiency(p, hopClassOf(links[l].cls)));
   return capacity;
 }
 
@@ -203,7 +247,7 @@ Result<CollectiveResult> ClusterModel::run(const std::vector<const SimComm*>& co
                                        "as collectives (point-to-point and all-to-all as transfers), not ") +
                            collName(coll));
   if ((options.protocols & 0x7) == 0) return invalidArgument("no protocol allowed");
-  if ((options.algorithms & 0x3) == 0) return invalidArgument("no algorithm allowed");
+  if ((options.algorithms & 0x7) == 0) return invalidArgument("no algorithm allowed");
   if (comms.empty()) return invalidArgument("no communicator to simulate on");
   CollectiveResult r;
   const int n = comms[0]->nranks();
@@ -226,19 +270,28 @@ Result<CollectiveResult> ClusterModel::run(const std::vector<const SimComm*>& co
   const int k = tuner.devicePlan(task, bytes, maxChannels).nChannels;
   const int steps = ringSteps(coll, n);
 
+  // NVLS where every communicator can run it (AllReduce only, as NCCL's
+  // default: its AllGather and ReduceScatter need CollNet between hosts).
+  double nvls = coll == CollType::kAllReduce ? 1 : 0;
+  for (const SimComm* c : comms) nvls = std::min(nvls, nvlsEfficiencyOn(*c));
+
   FlowSet bestFlows;
   std::vector<double> bestRate;
   double bestShare = 0;
   bool found = false;
   for (int a = 0; a < kSimAlgoCount; ++a) {
     const SimAlgo algo = static_cast<SimAlgo>(a);
-    if ((options.algorithms & (1u << a)) == 0 || (algo == SimAlgo::kTree && coll != CollType::kAllReduce)) continue;
+    if ((options.algorithms & (1u << a)) == 0 || (algo == SimAlgo::kTree && coll != CollType::kAllReduce) ||
+        (algo == SimAlgo::kNvls && nvls <= 0))
+      continue;
     const FlowSet flows = flowSet(comms, algo, k, cacheable);
     const ChannelFlows& first = *flows[0];
     HopCounts hops = first.hops;
     // A ring link carries the channel's share times the collective's ring
-    // factor; a tree flow carries half a channel's share, once each way.
+    // factor; a tree flow carries half a channel's share, once each way; an
+    // NVLS flow (1 + 1/n) times the channel's share.
     double share = static_cast<double>(bytes) / k / 2;
+    if (algo == SimAlgo::kNvls) share = static_cast<double>(bytes) / k * (1.0 + 1.0 / n);
     if (algo == SimAlgo::kRing) {
       hops.nvlink = first.hops.nvlink * steps / n;
       hops.pcie = first.hops.pcie * steps / n;
@@ -249,12 +302,15 @@ Result<CollectiveResult> ClusterModel::run(const std::vector<const SimComm*>& co
     for (int p = 0; p < kProtocolCount; ++p) {
       const Protocol proto = static_cast<Protocol>(p);
       if ((options.protocols & (1u << p)) == 0 || bytes > protocolMaxBytes(proto)) continue;
+      if (algo == SimAlgo::kNvls && proto != Protocol::kSimple) continue;  // NCCL's NVLS is Simple only
+      const double efficiency = algo == SimAlgo::kNvls ? nvls : 0;
       std::vector<double>* cached = cacheable ? &worldRates_[{a, k, p}] : nullptr;
-      if (cached != nullptr && cached->empty()) *cached = channelRates(comms, flows, algo, proto);
-      std::vector<double> rate = cached != nullptr ? *cached : channelRates(comms, flows, algo, proto);
+      if (cached != nullptr && cached->empty()) *cached = channelRates(comms, flows, algo, proto, efficiency);
+      std::vector<double> rate = cached != nullptr ? *cached : channelRates(comms, flows, algo, proto, efficiency);
       const double slowest = *std::min_element(rate.begin(), rate.end());
-      const double lat = algo == SimAlgo::kTree ? treeLatencyUs(proto, hops, netLatency)
-                                                : ringLatencyUs(proto, hops, netLatency);
+      const double lat = algo == SimAlgo::kNvls   ? nvlsLatencyUs()
+                         : algo == SimAlgo::kTree ? treeLatencyUs(proto, hops, netLatency)
+                                                  : ringLatencyUs(proto, hops, netLatency);
       const double t = lat + share / (slowest * 1e3);
       if (found && t >= r.timeUs) continue;
       found = true;
@@ -295,7 +351,7 @@ ClusterModel::FlowSet ClusterModel::flowSet(const std::vector<const SimComm*>& c
 }
 
 std::vector<double> ClusterModel::channelRates(const std::vector<const SimComm*>& comms, const FlowSet& flows,
-                                               SimAlgo algo, Protocol proto) const {
+                                               SimAlgo algo, Protocol proto, double nvls) const {
   // The graph search gave each channel treeBw on its links; the channel's two
   // trees share it, and each tree splits its threads between the reduction
   // going up and the broadcast coming down: a quarter each (NCCL's tree
@@ -313,7 +369,7 @@ std::vector<double> ClusterModel::channelRates(const std::vector<const SimComm*>
       all.push_back(std::move(f));
     }
   }
-  return maxMinRates(capacities(proto), all);
+  return maxMinRates(capacities(proto, nvls), all);
 }
 
 void ClusterModel::fillLinkLoads(const FlowSet& flows, const std::vector<double>& rate, double share,

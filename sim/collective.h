@@ -20,7 +20,9 @@
 //     NCCL's tuner picks; SimOptions restricts them (Plait's CUDA executor
 //     runs rings with Simple).
 // AllReduce, AllGather, ReduceScatter, Broadcast and Reduce are rings (and
-// AllReduce also trees); point-to-point transfers (send/recv, all-to-all)
+// AllReduce also trees, and NVLS inside one NVSwitch host: every GPU one flow
+// up to the switches and one down, each carrying S (1 + 1/n) / channels at
+// NCCL's NVLS efficiency, after NCCL's NVLS latency); point-to-point transfers (send/recv, all-to-all)
 // are one flow each, from the sender's nearest NIC to the receiver's.
 //
 // Not thread-safe: a model caches the world communicator's flows.
@@ -43,10 +45,11 @@
 namespace plait::sim {
 
 // The algorithms the model knows. Plait's executors run rings; trees (the
-// double binary trees of topology/, AllReduce only) are modelled so that
-// predictions at scale say what NCCL's tree would do.
-enum class SimAlgo : uint8_t { kRing = 0, kTree = 1 };
-inline constexpr int kSimAlgoCount = 2;
+// double binary trees of topology/, AllReduce only) and NVLS (AllReduce in
+// the NVSwitches of one host, Hopper on: core/cost_model.h) are modelled so
+// that predictions say what NCCL's tuner would pick.
+enum class SimAlgo : uint8_t { kRing = 0, kTree = 1, kNvls = 2 };
+inline constexpr int kSimAlgoCount = 3;
 const char* simAlgoName(SimAlgo a);
 
 struct LinkLoad {
@@ -71,7 +74,7 @@ struct CollectiveResult {
 };
 
 struct SimOptions {
-  uint8_t algorithms = 0x3;  // bit per SimAlgo allowed
+  uint8_t algorithms = 0x7;  // bit per SimAlgo allowed
   uint8_t protocols = 0x7;   // bit per Protocol allowed
 };
 
@@ -124,16 +127,26 @@ class ClusterModel {
   ChannelFlows flowsFor(const SimComm& comm, SimAlgo algo, int k) const;
   void ringFlows(const SimComm& comm, int k, ChannelFlows* out) const;
   void treeFlows(const SimComm& comm, int k, ChannelFlows* out) const;
+  void nvlsFlows(const SimComm& comm, int k, ChannelFlows* out) const;
+  // NVLS's efficiency on `comm` (core/cost_model.h), or 0 where NCCL would
+  // not run it: more than one host, a GPU before Hopper, a GPU with no
+  // NVLink to an NVSwitch.
+  double nvlsEfficiencyOn(const SimComm& comm) const;
+  // The topology links (host-local ids) between GPU `g` and its NVSwitch,
+  // each way; {-1, -1} when it has none.
+  std::pair<int, int> switchLinks(GpuRef g) const;
   // Appends the route a -> b; returns the hop's class (NVLink or PCIe inside
   // a host, NET between hosts) and adds the switches it crosses to *switches.
   HopClass routeHop(GpuRef a, GpuRef b, int netOut, int netIn, std::vector<int>* route, int* switches) const;
-  std::vector<double> capacities(Protocol p) const;
+  // Each link's capacity under protocol `p`, or under NVLS's efficiency
+  // when `nvls` > 0.
+  std::vector<double> capacities(Protocol p, double nvls = 0) const;
   using FlowSet = std::vector<std::shared_ptr<const ChannelFlows>>;  // per communicator
   // The channels' flows of each communicator (the world's cached).
   FlowSet flowSet(const std::vector<const SimComm*>& comms, SimAlgo algo, int k, bool cacheable) const;
   // Each channel's fair rate under `proto`, every communicator's at once.
   std::vector<double> channelRates(const std::vector<const SimComm*>& comms, const FlowSet& flows, SimAlgo algo,
-                                   Protocol proto) const;
+                                   Protocol proto, double nvls) const;
   // r->linkBytes and r->linkBusy for channels at `rate`, each carrying `share` per link use.
   void fillLinkLoads(const FlowSet& flows, const std::vector<double>& rate, double share, CollectiveResult* r) const;
   Result<CollectiveResult> run(const std::vector<const SimComm*>& comms, CollType coll, uint64_t bytes,

@@ -93,6 +93,8 @@ class Fabric {
   // down; the uplink (to spine `spine`, or to all of them with ideal ECMP)
   // or downlink of leaf `group` of `rail`. -1 when the fabric has no such link.
   int nicLink(int host, int net, bool up) const;
+  // The fabric's id of host `host`'s topology link `topoLink`.
+  int hostLink(int host, int topoLink) const { return hostBase_[host] + topoLink; }
   int leafLink(int rail, int group, bool up, int spine = 0) const;
   int spineLinksPerLeaf() const { return std::max(spec_.spines, 1); }
   int rails() const { return rails_; }

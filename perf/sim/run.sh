@@ -14,9 +14,9 @@ OUT=perf/results/sim
 mkdir -p "$OUT" docs/img
 [ -x "$S" ] || { echo "run.sh: $S not built (cmake --build $B --target plait-sim)" >&2; exit 2; }
 
-row() {  # machine nodes size published [what]
+row() {  # machine nodes size published [what [plait-sim flags]]
   local line
-  line=$("$S" --topo-file "$D/$1" --nodes "$2" -b "$3" -e "$3" | grep -E '^ +[0-9]')
+  line=$("$S" --topo-file "$D/$1" --nodes "$2" -b "$3" -e "$3" ${6:-} | grep -E '^ +[0-9]')
   echo "$line" | awk -v m="$1" -v n="$2" -v p="$4" -v w="${5:-busbw}" '{
     if (w == "busbw") printf "| %s x %s | %s B | %s GB/s | %.1f GB/s | %+.1f%% | %s %s |\n", n, m, $1, p, $8, 100*($8-p)/p, $15, $16;
     else printf "| %s x %s | %s B | %s us | %.1f us | %.2fx | %s %s |\n", n, m, $1, p, $6, $6/p, $15, $16 }'
@@ -36,10 +36,24 @@ row() {  # machine nodes size published [what]
   row dgx_a100.xml 2 1024 35.85 time
   row a100_single.xml 2 1073741824 18.65
   row a100_single.xml 2 1024 21.27 time
-  row hgx_h100.xml 1 8589934592 370
+  row hgx_h100.xml 1 8589934592 370 busbw "--algo ring"
+  row hgx_h100.xml 1 8589934592 480
   row hgx_h100.xml 2 8589934592 396
   row hgx_h100.xml 248 536870912 350
+  row hgx_b200.xml 1 8589934592 695 busbw "--algo ring"
+  row hgx_b200.xml 1 8589934592 845
+  row gb200_nvl72.xml 1 8589934592 834.6 busbw "--algo ring"
   row gb200_nvl72.xml 1 8589934592 834.6
+  echo
+  echo "8 x H100, NCCL_ALGO=NVLS on the first n GPUs (NVIDIA/nccl issue #1455, 2-4 GiB), 4 GiB:"
+  echo
+  echo "| GPUs | published busbw | plait-sim | error | plan |"
+  echo "|---|---|---|---|---|"
+  for n in 4 5 6 7 8; do
+    pub=$(echo "4 367 5 420 6 440 7 460 8 480" | tr ' ' '\n' | paste - - | awk -v n=$n '$1 == n {print $2}')
+    "$S" --topo-file "$D/hgx_h100.xml" --gpus "$n" --algo nvls -b 4G -e 4G | grep -E '^ +[0-9]' |
+      awk -v n="$n" -v p="$pub" '{printf "| %s | %s GB/s | %.1f GB/s | %+.1f%% | %s %s |\n", n, p, $8, 100*($8-p)/p, $15, $16}'
+  done
 } > "$OUT/published.md"
 cat "$OUT/published.md"
 

@@ -115,6 +115,14 @@ double protocolChannelCeilingGBs(Protocol p) {
   return 0;
 }
 
+double nvlsEfficiency(int sm) {
+  if (sm >= 100) return 0.74;
+  if (sm >= 90) return 0.85;
+  return 0;
+}
+
+double nvlsLatencyUs() { return 25.0; }
+
 uint64_t protocolMaxBytes(Protocol p) {
   switch (p) {
     case Protocol::kLL: return uint64_t(1) << 20;

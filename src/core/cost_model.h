@@ -118,4 +118,20 @@ double protocolChannelCeilingGBs(Protocol p);
 // the protocol at all (NCCL keeps LL to small and LL128 to medium sizes).
 uint64_t protocolMaxBytes(Protocol p);
 
+// NVLink SHARP (NVLS): an AllReduce reduced inside the NVSwitches of one
+// NVLink domain (each GPU loads its 1/n of the buffer reduced over every
+// GPU by the switch, then stores it once for the switch to multicast).
+// Each GPU's links to the switches carry S (1 + 1/n) bytes each way for a
+// buffer of S bytes, against 2 S (n-1)/n for a ring. Plait's executors do
+// not run it (no multimem kernels); the simulator models it because NCCL's
+// tuner picks it on NVSwitch systems from Hopper on.
+//
+// The fraction of an NVLink's bandwidth (the topology's per-link figure)
+// that NVLS traffic gets, by compute capability × 10: NCCL's own constants,
+// 0.85 on Hopper, 0.74 on Blackwell; 0 before Hopper (no NVLS).
+double nvlsEfficiency(int sm);
+// NVLS latency on one NVLink domain, µs: NCCL's 25 (no per-hop term: every
+// GPU is one switch away).
+double nvlsLatencyUs();
+
 }  // namespace plait

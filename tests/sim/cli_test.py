@@ -42,6 +42,12 @@ doc = json.loads(r.stdout)
 check(doc["nranks"] == 32 and len(doc["rows"]) == 1, "json: 32 ranks, one row")
 check(doc["rows"][0]["algorithm"] in ("ring", "tree"), "json: an algorithm")
 
+# NVLS on one NVSwitch host; --algo ring keeps it out.
+r = run("--topo-file", os.path.join(data, "hgx_h100.xml"), "-b", "8G", "-e", "8G")
+check(r.returncode == 0 and "# nvls Simple" in r.stdout, f"8 x H100 8 GiB picks NVLS: {r.stdout} {r.stderr}")
+r = run("--topo-file", os.path.join(data, "hgx_h100.xml"), "-b", "8G", "-e", "8G", "--algo", "ring")
+check(r.returncode == 0 and "# ring Simple" in r.stdout, f"--algo ring: {r.stdout} {r.stderr}")
+
 # A training step, with its picture; and a sweep's picture.
 with tempfile.TemporaryDirectory() as tmp:
     heat = os.path.join(tmp, "step.svg")
@@ -68,6 +74,10 @@ r = run("--topo-file", os.path.join(data, "hgx_h100.xml"), "--nodes", "2", "--op
 check(r.returncode == 0 and "pairs PXN" in r.stdout, f"alltoall: {r.returncode} {r.stdout!r}")
 r = run("--topo-file", os.path.join(data, "dgx_a100.xml"), "--nodes", "2", "--train", "--tp", "3")
 check(r.returncode == 1 and "tp 3" in r.stderr, f"layout that does not fit: {r.stderr!r}")
+r = run("--topo-file", os.path.join(data, "hgx_h100.xml"), "--gpus", "9")
+check(r.returncode == 1 and "--gpus 9" in r.stderr, f"more GPUs than a host has: {r.stderr!r}")
+r = run("--topo-file", os.path.join(data, "hgx_h100.xml"), "--gpus", "5", "-b", "4G", "-e", "4G")
+check(r.returncode == 0 and "5 GPUs" in r.stdout and "# nvls" in r.stdout, f"--gpus 5: {r.stdout!r}")
 r = run("--topo-file", os.path.join(data, "dgx_a100.xml"), "-e", "12Q")
 check(r.returncode == 1 and "12Q" in r.stderr, f"bad size: {r.stderr!r}")
 

@@ -277,3 +277,48 @@ TEST_CASE("ECMP by hash: one spine equals ideal ECMP; several let flows collide"
   REQUIRE(spec.isOk());
   CHECK(spec->spines == 16);
 }
+
+TEST_CASE("NVLS runs on one NVSwitch host from Hopper on, and loads each GPU's switch links S(1 + 1/n)",
+          "[sim][nvls]") {
+  SimOptions nvls;
+  nvls.algorithms = 1u << static_cast<int>(SimAlgo::kNvls);
+  const uint64_t bytes = uint64_t(1) << 30;
+  SECTION("8 x H100: every GPU's links to the NVSwitch, each way") {
+    auto model = ClusterModel::create(loadCluster("hgx_h100.xml", 1), NetworkSpec{});
+    REQUIRE(model.isOk());
+    auto r = (*model)->simulate(CollType::kAllReduce, bytes, nvls);
+    REQUIRE(r.isOk());
+    CHECK(r->algorithm == SimAlgo::kNvls);
+    CHECK(r->latencyUs == Approx(nvlsLatencyUs()));
+    const Fabric& fabric = (*model)->fabric();
+    int switchLinks = 0;
+    for (size_t l = 0; l < fabric.links().size(); ++l) {
+      const std::string name = fabric.linkName(static_cast<int>(l));
+      const bool toSwitch = name.find("->NVS") != std::string::npos, fromSwitch = name.find("NVS->") != std::string::npos;
+      if (!toSwitch && !fromSwitch) {
+        CHECK(r->linkBytes[l] == 0.0);
+        continue;
+      }
+      ++switchLinks;
+      INFO(name);
+      CHECK(r->linkBytes[l] == Approx(bytes * (1.0 + 1.0 / 8)));
+      // Both ways at NVLS's efficiency of the link: busy at 0.85 of its capacity.
+      CHECK(r->linkBusy[l] == Approx(nvlsEfficiency(90)));
+    }
+    CHECK(switchLinks == 16);
+    CHECK(r->busBw == Approx(r->algBw * 2 * 7 / 8));
+  }
+  SECTION("not before Hopper, not across hosts, not for other collectives") {
+    auto a100 = ClusterModel::create(loadCluster("dgx_a100.xml", 1), NetworkSpec{});
+    REQUIRE(a100.isOk());
+    CHECK_FALSE((*a100)->simulate(CollType::kAllReduce, bytes, nvls).isOk());
+    CHECK((*a100)->simulate(CollType::kAllReduce, bytes, SimOptions{})->algorithm != SimAlgo::kNvls);
+    auto two = ClusterModel::create(loadCluster("hgx_h100.xml", 2), NetworkSpec{});
+    REQUIRE(two.isOk());
+    CHECK_FALSE((*two)->simulate(CollType::kAllReduce, bytes, nvls).isOk());
+    auto one = ClusterModel::create(loadCluster("hgx_h100.xml", 1), NetworkSpec{});
+    REQUIRE(one.isOk());
+    CHECK_FALSE((*one)->simulate(CollType::kAllGather, bytes, nvls).isOk());
+    CHECK((*one)->simulate(CollType::kAllGather, bytes, SimOptions{})->algorithm == SimAlgo::kRing);
+  }
+}

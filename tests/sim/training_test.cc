@@ -59,15 +59,17 @@ TEST_CASE("a step's phases move the bytes the strategy implies", "[sim][training
   CHECK(tp.groupSize == 8);
   CHECK(tp.calls == 4 * (s.blocks / s.pp) * s.accumulate);
   CHECK(tp.bytesPerCall == act);
-  // Inside a host: a ring of 8 GPUs through the NVSwitch, each hop two
-  // NVLink links carrying 2 (n-1)/n of the buffer; nothing leaves the host.
+  // Inside a host, NVLS (the tuner's pick for 1 MiB on 8 H100s): each GPU's
+  // two NVLink links to the switch carry (1 + 1/n) of the buffer; nothing
+  // leaves the host. As a ring, each hop's two links carry 2 (n-1)/n of it.
   const std::vector<SimLink>& links = m->fabric().links();
   double nvlink = 0, nic = 0;
   for (size_t l = 0; l < links.size(); ++l) {
     if (links[l].cls == LinkClass::kNvlink) nvlink += tp.result.linkBytes[l];
     if (links[l].cls == LinkClass::kNic) nic += tp.result.linkBytes[l];
   }
-  CHECK(nvlink == Approx(tp.groups * 8 * 2 * (2.0 * 7 / 8) * act));
+  CHECK(tp.result.algorithm == SimAlgo::kNvls);
+  CHECK(nvlink == Approx(tp.groups * 8 * 2 * (1.0 + 1.0 / 8) * act));
   CHECK(nic == 0);
   // Pipeline: every (tp, dp) rank of a boundary sends 1/tp of the
   // activations each way, one rail each.

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -39,6 +40,7 @@ using namespace plait::sim;
 struct Flags {
   std::string topoFile, networkFile, op = "all_reduce", proto = "all", algo = "all", minSize = "8", maxSize = "1G";
   int nodes = 0;
+  int gpusPerHost = 0;  // --gpus: the communicator holds the first N GPUs of each host (0: all)
   int factor = 2;
   int busiest = 5;
   bool json = false;
@@ -253,7 +255,7 @@ Status run(const Flags& f) {
   PLAIT_ASSIGN_OR_RETURN(CollType coll, parseOp(f.op));
   // Bit order: Protocol's and SimAlgo's values.
   PLAIT_ASSIGN_OR_RETURN(uint8_t protocols, parseNameList(f.proto, "--proto", {"ll", "ll128", "simple"}));
-  PLAIT_ASSIGN_OR_RETURN(uint8_t algorithms, parseNameList(f.algo, "--algo", {"ring", "tree"}));
+  PLAIT_ASSIGN_OR_RETURN(uint8_t algorithms, parseNameList(f.algo, "--algo", {"ring", "tree", "nvls"}));
   PLAIT_ASSIGN_OR_RETURN(uint64_t minBytes, parseSize(f.minSize));
   PLAIT_ASSIGN_OR_RETURN(uint64_t maxBytes, parseSize(f.maxSize));
   if (f.host.ranksPerHost > 0) return runHostRanks(f, coll, minBytes, maxBytes);
@@ -263,7 +265,22 @@ Status run(const Flags& f) {
   const auto start = std::chrono::steady_clock::now();
   PLAIT_ASSIGN_OR_RETURN(std::unique_ptr<ClusterModel> model, ClusterModel::create(std::move(cluster), network));
   if (f.train) return runTraining(*model, f);
-  const int n = model->nranks();
+  // --gpus: a communicator of the first N GPUs of each host, as nccl-tests
+  // run on part of a machine; its graphs are searched on those GPUs alone.
+  std::optional<SimComm> part;
+  if (f.gpusPerHost > 0) {
+    if (coll == CollType::kAlltoAll) return invalidArgument("--gpus: all_to_all is simulated on every GPU only");
+    std::vector<GpuRef> gpus;
+    for (int h = 0; h < model->cluster().hosts(); ++h) {
+      const int have = model->cluster().host(h).count(topo::NodeType::kGpu);
+      if (f.gpusPerHost > have)
+        return invalidArgument("--gpus " + std::to_string(f.gpusPerHost) + ": host " + std::to_string(h) + " has " +
+                               std::to_string(have) + " GPUs");
+      for (int g = 0; g < f.gpusPerHost; ++g) gpus.push_back({h, g});
+    }
+    PLAIT_ASSIGN_OR_RETURN(part, model->communicator(gpus));
+  }
+  const int n = part ? part->nranks() : model->nranks();
   SimOptions options;
   options.protocols = protocols;
   options.algorithms = algorithms;
@@ -271,8 +288,8 @@ Status run(const Flags& f) {
   nlohmann::json rows = nlohmann::json::array();
   if (!f.json) {
     std::printf("# plait-sim: %s on %d hosts, %d GPUs, %zu ring channels x %.1f GB/s\n# network: %s\n#\n",
-                f.op.c_str(), model->cluster().hosts(), n, model->world().graphs.comm.rings.size(),
-                model->world().graphs.comm.ringBw, describeNetwork(network).c_str());
+                f.op.c_str(), model->cluster().hosts(), n, (part ? *part : model->world()).graphs.comm.rings.size(),
+                (part ? *part : model->world()).graphs.comm.ringBw, describeNetwork(network).c_str());
     perf::printTableHeader(stdout);
   }
   PLAIT_ASSIGN_OR_RETURN(std::vector<SweepPoint> reference, parseReferences(f.reference));
@@ -284,7 +301,8 @@ Status run(const Flags& f) {
     if (coll == CollType::kAlltoAll) {
       PLAIT_ASSIGN_OR_RETURN(last, model->simulateAlltoAll(bytes));
     } else {
-      PLAIT_ASSIGN_OR_RETURN(last, model->simulate(coll, bytes, options));
+      PLAIT_ASSIGN_OR_RETURN(last, part ? model->simulateConcurrent({*part}, coll, bytes, options)
+                                        : model->simulate(coll, bytes, options));
     }
     busSum += last.busBw;
     ++count;
@@ -342,6 +360,8 @@ int main(int argc, char** argv) {
   app.add_option("--host-costs", f.hostCosts, "host ranks: a calibration file from plait-calibrate (default: built-in costs)");
   app.add_option("--wake-us", f.host.wakeUs, "host ranks: one step when threads outnumber cores")->check(CLI::Range(0.0, 1e6));
   app.add_option("--nodes", f.nodes, "hosts (copies of a <system> file)")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--gpus", f.gpusPerHost, "GPUs of each host in the communicator, the first N (default: all)")
+      ->check(CLI::Range(1, 1 << 16));
   app.add_option("--network", f.networkFile, "file holding a <network> element");
   app.add_flag("--single-switch", f.singleSwitch, "every NIC on one non-blocking switch");
   app.add_option("--spines", f.spines, "spine switches, each flow on the one its hash picks (default: ideal ECMP)")
@@ -355,7 +375,7 @@ int main(int argc, char** argv) {
   app.add_option("-b,--minbytes", f.minSize, "smallest size (K, M, G suffixes)");
   app.add_option("-e,--maxbytes", f.maxSize, "largest size");
   app.add_option("-f,--stepfactor", f.factor, "size multiplier")->check(CLI::Range(2, 1024));
-  app.add_option("--algo", f.algo, "algorithms the tuner may pick: all, or a list of ring, tree (Plait runs ring)");
+  app.add_option("--algo", f.algo, "algorithms the tuner may pick: all, or a list of ring, tree, nvls (Plait runs ring)");
   app.add_option("--proto", f.proto, "protocols the tuner may pick: all, or a list of ll, ll128, simple");
   app.add_option("--busiest", f.busiest, "busiest links reported for the largest size")->check(CLI::Range(0, 1000));
   app.add_flag("--json", f.json, "JSON on stdout instead of the table");

@@ -142,6 +142,7 @@ FILES = {
     "dgx1_v100.xml": dgx1(),
     "dgx_a100.xml": nvswitch_box(80, 12, GEN4, 200000, AMD_ROME, 2, 2),
     "hgx_h100.xml": nvswitch_box(90, 18, GEN5, 400000, INTEL_SPR, 1, 1),
+    "hgx_b200.xml": nvswitch_box(100, 18, GEN5, 400000, INTEL_SPR, 1, 1),
     "pcie_4gpu_2socket.xml": pcie_box(),
     "a100_single.xml": single_gpu_box(),
     "gb200_nvl72.xml": nvl72(),
