@@ -240,8 +240,9 @@ Result<CollectiveResult> ClusterModel::simulateConcurrent(const std::vector<SimC
   return run(ptrs, coll, bytes, options, false);
 }
 
-Result<CollectiveResult> ClusterModel::run(const std::vector<const SimComm*>& comms, CollType coll, uint64_t bytes,
-                                           const SimOptions& options, bool cacheable) const {
+namespace {
+
+Status checkRun(const std::vector<const SimComm*>& comms, CollType coll, const SimOptions& options) {
   if (!isRing(coll))
     return invalidArgument(std::string("plait-sim models AllReduce, AllGather, ReduceScatter, Broadcast and Reduce "
                                        "as collectives (point-to-point and all-to-all as transfers), not ") +
@@ -249,10 +250,18 @@ Result<CollectiveResult> ClusterModel::run(const std::vector<const SimComm*>& co
   if ((options.protocols & 0x7) == 0) return invalidArgument("no protocol allowed");
   if ((options.algorithms & 0x7) == 0) return invalidArgument("no algorithm allowed");
   if (comms.empty()) return invalidArgument("no communicator to simulate on");
+  for (const SimComm* c : comms)
+    if (c->nranks() != comms[0]->nranks()) return invalidArgument("concurrent communicators must have the same size");
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<CollectiveResult> ClusterModel::run(const std::vector<const SimComm*>& comms, CollType coll, uint64_t bytes,
+                                           const SimOptions& options, bool cacheable) const {
+  PLAIT_RETURN_IF_ERROR(checkRun(comms, coll, options));
   CollectiveResult r;
   const int n = comms[0]->nranks();
-  for (const SimComm* c : comms)
-    if (c->nranks() != n) return invalidArgument("concurrent communicators must have the same size");
   if (n == 1 || bytes == 0) {
     r.latencyUs = r.timeUs = ringLatencyUs(Protocol::kSimple, HopCounts{});
     return r;
