@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "api/api_util.h"
+#include "plait/live_ranks.h"
 
 using plait::Status;
 using namespace plait::api;
@@ -161,3 +162,47 @@ PLAIT_API(ncclResult_t, CommShrink,
   return initChild(comm, newcomm, shrunk->nranks, shrunk->id, shrunk->rank, config, call, shrunk->rootRank);
 }
 PLAIT_API_END
+
+// plait/live_ranks.h: the live-ranks mode's mask and last report.
+namespace {
+
+plait::Result<const plait::LiveRanks*> liveOf(ncclComm_t comm, CommUse& use) {
+  if (!use.usable()) return plait::invalidUsage("comm is being destroyed or aborted");
+  const plait::LiveRanks* live = comm->impl->liveRanks();
+  if (live == nullptr)
+    return plait::invalidUsage("comm is not in the live-ranks mode (PLAIT_LIVE_RANKS=1 on every rank at its creation)");
+  return live;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) ncclResult_t plaitCommLiveRanks(ncclComm_t comm,
+                                                                                  unsigned long long* epoch,
+                                                                                  int* live) try {
+  const char* call = "plaitCommLiveRanks";
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  if (epoch == nullptr) return fail(plait::invalidArgument("epoch is NULL"), call);
+  CommUse use(comm);
+  auto state = liveOf(comm, use);
+  if (!state.isOk()) return fail(state.status(), call);
+  const std::vector<uint8_t> mask = (*state)->liveMask();
+  *epoch = (*state)->epoch();
+  if (live != nullptr)
+    for (size_t r = 0; r < mask.size(); ++r) live[r] = mask[r];
+  return ncclSuccess;
+} PLAIT_API_END
+
+extern "C" __attribute__((visibility("default"))) ncclResult_t plaitCommLastCall(ncclComm_t comm,
+                                                                                 plaitLiveCallReport_t* report) try {
+  const char* call = "plaitCommLastCall";
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  if (report == nullptr) return fail(plait::invalidArgument("report is NULL"), call);
+  CommUse use(comm);
+  auto state = liveOf(comm, use);
+  if (!state.isOk()) return fail(state.status(), call);
+  const plait::LiveCallReport r = (*state)->lastCall();
+  report->epoch = r.epoch;
+  report->contributors = r.contributors;
+  report->rerun = r.rerun ? 1 : 0;
+  return ncclSuccess;
+} PLAIT_API_END

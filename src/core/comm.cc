@@ -18,6 +18,7 @@
 #include "base/wait.h"
 #include "core/cost_model.h"
 #include "core/host_costs.h"
+#include "core/live_ranks.h"
 #include "core/status_report.h"
 #include "topology/topology.h"
 
@@ -154,6 +155,7 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
   int want = static_cast<int>(kNChannels.get());
   if (want <= 0) want = defaultHostChannels(usableCores(), static_cast<int>(local.size()));
   if (options.maxChannels > 0) want = std::min(want, options.maxChannels);
+  liveMode_ = !options.liveChild && liveRanksRequested();
   PLAIT_ASSIGN_OR_RETURN(const int nChannels, agreeOnSettings(want, deadline));
   PLAIT_RETURN_IF_ERROR(connectTransports(deadline, nChannels));
   PLAIT_ASSIGN_OR_RETURN(board_, OpBoard::create(*bootstrap_, local, deadline));
@@ -165,6 +167,11 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
                            OpStatus::create(*bootstrap_, std::move(remote), &announced_, &announcedNs_, deadline));
   }
   if (nChannels > 1) workers_ = std::make_unique<ChannelWorkers>(nChannels - 1);
+  if (liveMode_) {
+    auto live = std::make_unique<LiveRanks>(this, options);
+    std::lock_guard<std::mutex> lock(partsMu_);  // abort() reads it from any thread
+    live_ = std::move(live);
+  }
   PLAIT_INFO(kInit, "comm %s rank %d nranks %d: %zu local rank(s), %d channel(s)", name_.c_str(), rank_, nranks_,
              local.size(), nChannels);
   return Status::ok();
@@ -182,11 +189,13 @@ Result<int> Communicator::agreeOnSettings(int wantChannels, Deadline deadline) {
   struct Wants {
     int32_t channels;
     int32_t reproducible;
+    int32_t live;
+    int32_t reserved;
     HostCosts costs;  // doubles only: no padding goes over the wire
   };
-  static_assert(sizeof(HostCosts) % sizeof(double) == 0 && sizeof(Wants) == 2 * sizeof(int32_t) + sizeof(HostCosts));
-  std::vector<Wants> wants(nranks_, Wants{0, 0, HostCosts{}});
-  wants[rank_] = Wants{wantChannels, reproducible_, costs};
+  static_assert(sizeof(HostCosts) % sizeof(double) == 0 && sizeof(Wants) == 4 * sizeof(int32_t) + sizeof(HostCosts));
+  std::vector<Wants> wants(nranks_, Wants{0, 0, 0, 0, HostCosts{}});
+  wants[rank_] = Wants{wantChannels, reproducible_, liveMode_ ? 1 : 0, 0, costs};
   PLAIT_RETURN_IF_ERROR(bootstrap_->allGather(wants.data(), sizeof(Wants), deadline));
   int nChannels = wantChannels;
   for (int r = 0; r < nranks_; ++r) {
@@ -195,6 +204,10 @@ Result<int> Communicator::agreeOnSettings(int wantChannels, Deadline deadline) {
       return invalidUsage("PLAIT_REPRODUCIBLE differs across ranks: rank 0 has " +
                           std::to_string(wants[0].reproducible) + ", rank " + std::to_string(r) + " has " +
                           std::to_string(wants[r].reproducible) + "; every rank must use the same mode");
+    if (wants[r].live != wants[0].live)
+      return invalidUsage("PLAIT_LIVE_RANKS differs across ranks: rank 0 has " + std::to_string(wants[0].live) +
+                          ", rank " + std::to_string(r) + " has " + std::to_string(wants[r].live) +
+                          "; every rank must use the same mode");
   }
   if (nChannels < 1) return remoteError("a rank asked for " + std::to_string(nChannels) + " channels");
   PLAIT_RETURN_IF_ERROR(checkHostCosts(wants[0].costs, "rank 0's host costs"));
@@ -356,6 +369,12 @@ void Communicator::abort() {
   if (userAborted_.exchange(true, std::memory_order_acq_rel)) return;
   abortFlag_.store(1, std::memory_order_release);
   abortParts();
+  LiveRanks* live = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(partsMu_);
+    live = live_.get();
+  }
+  if (live) live->abort();  // the survivors' communicator, if a rank was lost
 }
 
 void Communicator::abortParts() {
@@ -375,6 +394,7 @@ void Communicator::abortParts() {
 }
 
 Communicator::~Communicator() {
+  live_.reset();  // the survivors' communicator first: it runs on this one's threads' behalf
   unregisterFromStatusReports(this);
   rma_.reset();  // its agent writes into windows
   if (board_) board_->markDeparted();

@@ -23,6 +23,7 @@
 #include "core/channel_workers.h"
 #include "core/device_backend.h"
 #include "core/direct.h"
+#include "core/live_ranks.h"
 #include "core/op_board.h"
 #include "core/op_status.h"
 #include "core/reproducible.h"
@@ -66,7 +67,11 @@ struct CommOptions {
   std::vector<PeerProcess> parentPeers;
   // The bootstrap root's process when it is on this host (BootstrapOptions).
   int rootPid = 0;
+  // A communicator the live-ranks mode made for the survivors of its parent
+  // (core/live_ranks.h): never in that mode itself, whatever the environment.
+  bool liveChild = false;
 };
+
 
 class Communicator {
  public:
@@ -93,7 +98,11 @@ class Communicator {
 
   // Runs one operation to completion on the calling thread (and the channel
   // workers). Returns its error, or the error that broke the communicator.
+  // In the live-ranks mode (PLAIT_LIVE_RANKS, core/live_ranks.h) a
+  // collective goes on over the survivors when a rank dies.
   Status run(const Task& task);
+  // The live-ranks mode's state, or null when the mode is off.
+  const LiveRanks* liveRanks() const { return live_.get(); }
   // ncclCommRegister / ncclCommWindowRegister and their deregistration
   // (core/direct.h). Thread-safe. Arguments are checked by the caller.
   Status registerBuffer(void* buff, size_t bytes, RegistrationKind kind, void** handle) {
@@ -195,6 +204,9 @@ class Communicator {
   MemStats memStats() const;
 
  private:
+  friend class LiveRanks;  // runs on this communicator, agrees over its bootstrap
+  // run() without the live-ranks mode.
+  Status runHere(const Task& task);
   Status initSteps(const ncclUniqueId& id, const CommOptions& options);
   Result<int> agreeOnSettings(int wantChannels, Deadline deadline);
   Status connectTransports(Deadline deadline, int nChannels);
@@ -322,6 +334,8 @@ class Communicator {
   std::vector<unsigned char> oneShotStage_;  // nranks x kLineMaxMessageBytes
   size_t lineP2pMaxBytes_ = 0;  // AlltoAll, Gather, Scatter blocks up to this go by line FIFOs (0: never)
   int reproducible_ = 0;                 // PLAIT_REPRODUCIBLE, agreed at init: kReproducible*
+  bool liveMode_ = false;                // PLAIT_LIVE_RANKS, agreed at init (never on a live child)
+  std::unique_ptr<LiveRanks> live_;      // made at init when liveMode_
   std::vector<char> reproScratch_;       // the ordered exchange's receive slots (made on first use)
   std::vector<char> deviceStage_;        // device buffers' host copies in the reproducible mode
   mutable std::mutex errorMu_;

@@ -11,6 +11,7 @@
 #include "base/wait.h"
 #include "core/alg_selection.h"
 #include "core/comm.h"
+#include "core/live_ranks.h"
 
 namespace plait {
 // One knob bounds every wait, bootstrap and operations alike (PLAIT_TIMEOUT).
@@ -97,11 +98,19 @@ WaitCheck Communicator::agreementCheck() const {
 }
 
 Status Communicator::run(const Task& task) {
+  if (live_) return live_->run(task);
+  return runHere(task);
+}
+
+Status Communicator::runHere(const Task& task) {
   return guarded(collName(task.coll), [&] { return execute(task); });
 }
 
 Status Communicator::runGroup(const std::vector<Task>& tasks) {
   if (tasks.size() == 1) return run(tasks[0]);
+  if (live_ && live_->lost())
+    return invalidUsage("a group of " + std::to_string(tasks.size()) + " operations after a rank was lost: the "
+                        "live-ranks mode (PLAIT_LIVE_RANKS) runs one operation at a time on the survivors");
   return guarded("group", [&] {
     std::vector<Task> p2p, deviceP2p;
     for (const Task& t : tasks) {

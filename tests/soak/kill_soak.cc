@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "soak_process.h"
 #include "soak_workload.h"
 
 namespace {
@@ -96,40 +97,6 @@ bool namesPid(const std::string& text, int pid) {
          (at + needle.size() == text.size() || !std::isdigit(static_cast<unsigned char>(text[at + needle.size()])));
 }
 
-// /dev/shm entries Plait made for one of `pids` (plait-<pid>-...).
-std::vector<std::string> leftovers(const std::vector<pid_t>& pids) {
-  std::vector<std::string> found;
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return found;
-  while (dirent* e = readdir(dir)) {
-    for (pid_t p : pids) {
-      const std::string prefix = "plait-" + std::to_string(p) + "-";
-      if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) found.push_back(e->d_name);
-    }
-  }
-  closedir(dir);
-  return found;
-}
-
-// A process that hosts the bootstrap root (so the soak's parent stays
-// single-threaded and can fork every run), writes the id and waits to be killed.
-pid_t startIdServer(ncclUniqueId* id) {
-  int fds[2];
-  if (pipe(fds) != 0) return -1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    ncclUniqueId mine;
-    if (ncclGetUniqueId(&mine) != ncclSuccess) _exit(1);
-    if (write(fds[1], &mine, sizeof mine) != static_cast<ssize_t>(sizeof mine)) _exit(1);
-    for (;;) pause();
-  }
-  close(fds[1]);
-  const bool ok = pid > 0 && read(fds[0], id, sizeof *id) == static_cast<ssize_t>(sizeof *id);
-  close(fds[0]);
-  return ok ? pid : -1;
-}
-
 // Reads reports until every rank but `victim` reported, or `untilNs`.
 std::vector<soak::Report> collect(int fd, int nranks, int victim, uint64_t untilNs) {
   std::vector<soak::Report> got;
@@ -177,38 +144,11 @@ void judge(const soak::Report& rep, int victim, pid_t victimPid, uint64_t killNs
                             " ms");
 }
 
-// Where a hung process is stuck: every thread's stack, when gdb is installed.
-void dumpStacks(pid_t pid) {
-  const std::string cmd = "command -v gdb >/dev/null && gdb -p " + std::to_string(pid) +
-                          " -batch -ex 'thread apply all bt' 2>/dev/null | grep -E '^(#|Thread)' | head -80";
-  std::fflush(stdout);
-  if (std::system(cmd.c_str()) != 0) std::printf("(no stacks: gdb missing or failed)\n");
-}
-
-void reapAll(std::vector<pid_t>& pids, uint64_t untilNs, RunResult* out) {
-  for (pid_t& p : pids) {
-    if (p <= 0) continue;
-    int status = 0;
-    while (waitpid(p, &status, WNOHANG) == 0) {
-      if (soak::monotonicNs() >= untilNs) {
-        out->failures.push_back("process " + std::to_string(p) + " still running after its report deadline: killed");
-        std::printf("stacks of hung process %d:\n", p);
-        dumpStacks(p);
-        kill(p, SIGKILL);
-        waitpid(p, &status, 0);
-        break;
-      }
-      usleep(2000);
-    }
-    p = -1;
-  }
-}
-
 // One run: fork, kill, judge.
 RunResult oneRun(const Options& o, std::mt19937_64& rng, std::string* killedWhen) {
   RunResult out;
   ncclUniqueId id;
-  const pid_t server = startIdServer(&id);  // before the pipe: it must not hold the pipe's write end
+  const pid_t server = soak::startIdServer(&id);  // before the pipe: it must not hold the pipe's write end
   if (server < 0) { out.failures.push_back("could not start the id server"); return out; }
   int reportPipe[2];
   if (pipe(reportPipe) != 0) { out.failures.push_back("pipe failed"); return out; }
@@ -243,22 +183,8 @@ RunResult oneRun(const Options& o, std::mt19937_64& rng, std::string* killedWhen
   for (int r = 0; r < o.ranks; ++r)
     if (r != victim && !reported[static_cast<size_t>(r)])
       out.failures.push_back("rank " + std::to_string(r) + " never returned from its call (hang)");
-  std::vector<pid_t> all = ranks;
-  kill(server, SIGKILL);
-  all.push_back(server);
-  std::vector<pid_t> waitFor = all;
-  reapAll(waitFor, soak::monotonicNs() + 10'000'000'000ull, &out);
-  for (const std::string& f : leftovers(all)) {
-    out.failures.push_back("left behind: /dev/shm/" + f);
-    unlink(("/dev/shm/" + f).c_str());
-  }
+  soak::endRun(ranks, server, &out.failures);
   return out;
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(v.size())))];
 }
 
 }  // namespace
@@ -294,7 +220,7 @@ int main(int argc, char** argv) {
               static_cast<double>(soak::monotonicNs() - t0) / 1e9, detect.size());
   for (const auto& [k, v] : phases) std::printf(" %s %d", k.c_str(), v);
   std::printf("\nkill_soak: detection (kill -> error) ms: p50 %.1f p90 %.1f p99 %.1f max %.1f; abort max %.1f ms\n",
-              percentile(detect, 50), percentile(detect, 90), percentile(detect, 99), percentile(detect, 100),
+              soak::percentile(detect, 50), soak::percentile(detect, 90), soak::percentile(detect, 99), soak::percentile(detect, 100),
               maxAbortMs);
   return failedRuns == 0 ? 0 : 1;
 }

@@ -10,6 +10,7 @@
 // missing average or a skipped bucket moves them by 1e-2 or more).
 #include <catch2/catch.hpp>
 
+#include "plait/live_ranks.h"
 #include "reference.h"
 
 using namespace plait::training;
@@ -158,4 +159,51 @@ TEST_CASE("DDP goes on after a rank dies: the survivors shrink and train as 2", 
   CHECK(losses[1] == losses[0]);
   CHECK(maxRelDiff(params[0], serial.params[0]) < 1e-4);
   CHECK(params[1] == params[0]);
+}
+
+// The live-ranks mode (PLAIT_LIVE_RANKS, plait/live_ranks.h): one of 3 DDP
+// ranks leaves (aborts its communicator) before training; the others train
+// on the same communicator without shrinking it. Each survivor keeps its
+// third of every global batch (the sampler still shards over 3), the
+// gradients average over the 2 of them, and both hold identical parameters
+// after every step.
+TEST_CASE("DDP goes on over the survivors in the live-ranks mode, without a shrink", "[training][ddp][live]") {
+  setenv("PLAIT_LIVE_RANKS", "1", 1);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  ncclResetDebugInit();  // re-reads the PLAIT_* tunables
+  TrainConfig c = smallConfig("mlp");
+  const int steps = 4;
+  std::vector<std::vector<double>> losses(3);
+  std::vector<std::vector<float>> params(3);
+  auto errors = plait_test::runThreads(3, [&](int rank, ncclComm_t comm) -> std::string {
+    if (rank == 2) {
+      ncclCommAbort(comm);
+      return "";
+    }
+    auto trainer = makeDdpTrainer(c, comm);
+    if (!trainer.isOk()) return trainer.status().toString();
+    for (int k = 0; k < steps; ++k) {
+      auto loss = (*trainer)->step(k);
+      if (!loss.isOk()) return "step " + std::to_string(k) + ": " + loss.status().toString();
+      if (!std::isfinite(*loss)) return "step " + std::to_string(k) + ": loss is not finite";
+      losses[rank].push_back(*loss);
+    }
+    auto p = (*trainer)->fullParams();
+    if (!p.isOk()) return p.status().toString();
+    params[rank] = *p;
+    unsigned long long epoch = 0;
+    int live[3] = {};
+    if (plaitCommLiveRanks(comm, &epoch, live) != ncclSuccess) return ncclGetLastError(comm);
+    if (epoch != 1 || live[0] != 1 || live[1] != 1 || live[2] != 0) return "the mask is not {1, 1, 0} at epoch 1";
+    return "";
+  });
+  unsetenv("PLAIT_LIVE_RANKS");
+  ncclResetDebugInit();
+#pragma GCC diagnostic pop
+  for (const std::string& e : errors) FAIL(e);
+  CHECK(losses[0].size() == steps);
+  CHECK(losses[1] == losses[0]);
+  CHECK(params[1] == params[0]);
+  CHECK(!params[0].empty());
 }
