@@ -23,17 +23,18 @@ PLAIT_PARAM_INT(kLiveAgreeMs, "LIVE_AGREE_MS", 0,
 PLAIT_PARAM_INT(kLiveHistoryBytes, "LIVE_HISTORY_BYTES", 256 << 20,
                 "inputs of earlier collectives kept for survivors that fall behind (the last two are always kept)");
 
-// Bootstrap user tags of the agreement: 'L', the epoch being agreed (low 8
-// bits) and the coordinator (low 16 bits), so that a failover to the next
-// coordinator never reads a message meant for the one before.
+// Bootstrap user tags of the agreement: 'L' and the coordinator, so that a
+// failover to the next coordinator never reads a message meant for the one
+// before. Not the epoch: a coordinator that died after telling only some
+// survivors leaves them an epoch apart, and the next one must hear both.
 constexpr uint32_t kLiveTag = 0x4c000000;
 
-uint32_t agreementTag(uint64_t epoch, int coordinator) {
-  return kLiveTag | static_cast<uint32_t>((epoch & 0xff) << 16) | static_cast<uint32_t>(coordinator & 0xffff);
-}
+uint32_t agreementTag(int coordinator) { return kLiveTag | static_cast<uint32_t>(coordinator & 0xffff); }
 
-// Wire layout, fixed by nranks: a claim is {epoch, failed seq, dead[n]};
-// a verdict {epoch, restart seq, id, live[n]}.
+// Wire layout, fixed by nranks: a claim is {the sender's epoch, the first
+// collective it needs, dead[n]}; a verdict {the new epoch, the first
+// collective to run again, id, live[n]}. The new epoch is one past the
+// highest any survivor claimed.
 constexpr size_t kHeader = 2 * sizeof(uint64_t);
 
 void putHeader(std::vector<char>* out, uint64_t a, uint64_t b) {
@@ -162,7 +163,9 @@ Task LiveRanks::savedTask(const Saved& saved, bool intoScratch) {
   Task t = saved.task;
   if (!saved.input.empty()) t.sendbuff = saved.input.data();
   if (intoScratch) {
-    scratch_.resize(std::max<size_t>(outputBytes(t), 1));
+    // At least a rank's block even where this rank has no output (a Reduce
+    // off the root): the executor may stage through it.
+    scratch_.resize(std::max<size_t>(std::max(outputBytes(t), t.count * typeSize(t.type)), 1));
     t.recvbuff = scratch_.data();
   }
   return t;
@@ -282,6 +285,10 @@ Status LiveRanks::recover(uint64_t seq, Status failure) {
     Result<Verdict> verdict = agree(needFrom);
     if (!verdict.isOk())
       return Status(verdict.status().code(), verdict.status().message() + " (after: " + failure.message() + ")");
+    PLAIT_INFO(kColl, "rank %d: live ranks epoch %llu: %d of %d live, from #%llu (this rank at #%llu, needs #%llu)",
+               rank_, static_cast<unsigned long long>(verdict->epoch), count(verdict->live), nranks_,
+               static_cast<unsigned long long>(verdict->restartSeq), static_cast<unsigned long long>(seq),
+               static_cast<unsigned long long>(needFrom));
     Status s = adopt(*verdict);
     const std::vector<uint8_t> live = liveMask();
     // Collectives this rank finished and others did not: again, for them,
@@ -329,16 +336,16 @@ std::vector<uint8_t> LiveRanks::deadNow() const {
 Result<LiveRanks::Verdict> LiveRanks::agree(uint64_t failedSeq) {
   Bootstrap& b = *parent_->bootstrap_;
   const size_t n = static_cast<size_t>(nranks_);
-  const uint64_t next = epoch() + 1;
+  const uint64_t mine = epoch();
   const int64_t waitMs = kLiveAgreeMs.get() > 0 ? kLiveAgreeMs.get() : parent_->timeoutMs_;
   const Deadline deadline = Deadline::afterMs(waitMs);
   std::vector<uint8_t> dead = deadNow();
   for (;;) {
     const int coord = static_cast<int>(std::find(dead.begin(), dead.end(), 0) - dead.begin());
-    const uint32_t tag = agreementTag(next, coord);
+    const uint32_t tag = agreementTag(coord);
     if (coord == rank_) return coordinate(failedSeq, dead, tag, deadline);
     std::vector<char> claim(kHeader + n);
-    putHeader(&claim, next, failedSeq);
+    putHeader(&claim, mine, failedSeq);
     std::memcpy(claim.data() + kHeader, dead.data(), n);
     Status s = b.send(coord, tag, claim.data(), claim.size(), deadline);
     std::vector<char> got(kHeader + sizeof(ncclUniqueId) + n);
@@ -348,17 +355,17 @@ Result<LiveRanks::Verdict> LiveRanks::agree(uint64_t failedSeq) {
       getHeader(got, &v.epoch, &v.restartSeq);
       std::memcpy(&v.id, got.data() + kHeader, sizeof v.id);
       v.live.assign(got.begin() + static_cast<std::ptrdiff_t>(kHeader + sizeof v.id), got.end());
-      if (v.epoch != next)
-        return remoteError("live ranks: rank " + std::to_string(coord) + " answered for epoch " +
-                           std::to_string(v.epoch) + ", this rank agrees on epoch " + std::to_string(next));
+      if (v.epoch <= mine)
+        return remoteError("live ranks: rank " + std::to_string(coord) + " answered with epoch " +
+                           std::to_string(v.epoch) + ", and this rank is at epoch " + std::to_string(mine) + " already");
       if (!v.live[static_cast<size_t>(rank_)])
         return remoteError("live ranks: the survivors excluded rank " + std::to_string(rank_) + " at epoch " +
-                           std::to_string(next) + " (it did not answer in time); it cannot rejoin");
+                           std::to_string(v.epoch) + " (it did not answer in time); it cannot rejoin");
       return v;
     }
     if (parent_->aborted() || deadline.expired())
-      return s.withContext("live ranks: agreeing with rank " + std::to_string(coord) + " (the coordinator) on epoch " +
-                           std::to_string(next));
+      return s.withContext("live ranks: agreeing with rank " + std::to_string(coord) + " (the coordinator) after epoch " +
+                           std::to_string(mine));
     // The coordinator is gone (its connection failed before the deadline):
     // the next lowest rank takes over.
     PLAIT_WARN(kColl, "rank %d: live-ranks coordinator rank %d is gone (%s); the next one takes over", rank_, coord,
@@ -372,7 +379,7 @@ Result<LiveRanks::Verdict> LiveRanks::coordinate(uint64_t failedSeq, std::vector
   Bootstrap& b = *parent_->bootstrap_;
   const size_t n = static_cast<size_t>(nranks_);
   Verdict v;
-  v.epoch = epoch() + 1;
+  uint64_t highest = epoch();
   v.restartSeq = failedSeq;
   std::vector<uint8_t> answered(n, 0);
   answered[static_cast<size_t>(rank_)] = 1;
@@ -390,14 +397,13 @@ Result<LiveRanks::Verdict> LiveRanks::coordinate(uint64_t failedSeq, std::vector
     answered[r] = 1;
     uint64_t epoch = 0, seq = 0;
     getHeader(claim, &epoch, &seq);
-    if (epoch != v.epoch)
-      return remoteError("live ranks: rank " + std::to_string(r) + " agrees on epoch " + std::to_string(epoch) +
-                         ", this rank on " + std::to_string(v.epoch));
+    highest = std::max(highest, epoch);
     v.restartSeq = std::min(v.restartSeq, seq);
     // What it knows dead (lost before, or a process gone on its host) and has not answered.
     for (size_t q = 0; q < n; ++q)
       if (claim[kHeader + q] && !answered[q]) dead[q] = 1;
   }
+  v.epoch = highest + 1;
   v.live.assign(n, 0);
   for (size_t r = 0; r < n; ++r) v.live[r] = dead[r] ? 0 : 1;
   v.live[static_cast<size_t>(rank_)] = 1;

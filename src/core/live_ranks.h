@@ -37,7 +37,11 @@
 // returns its error (the next collective recovers); split and the other
 // calls that need every rank of the communicator time out after a loss
 // (ncclCommShrink needs only the survivors); a coordinator that dies
-// during the agreement is replaced only if it sent no verdict yet; a rank
+// during the agreement is replaced by the next lowest rank (the survivors it
+// told already fail to create the communicator it named, whose root it
+// hosted, and agree again); a rank that dies between the agreement and the
+// survivors' communicator is noticed by that communicator's init deadline
+// (PLAIT_TIMEOUT); a rank
 // more collectives ahead than its kept inputs reach (the last two always,
 // up to kMaxHistory while they fit in PLAIT_LIVE_HISTORY_BYTES) fails the
 // recovery, naming the call. Cost when nothing dies: a copy of each

@@ -17,7 +17,9 @@
 // and of the run: nothing of any of its processes left in /dev/shm.
 //
 //   live_soak [--runs 50] [--ranks 4] [--seed S] [--timeout-s 10]
-//             [--window-ms 300] [--calls 3000] [--verbose]
+//             [--window-ms 300] [--calls 3000] [--kills 1] [--verbose]
+// --kills K kills K ranks, each after the first within 150 ms of the one
+// before, so that some land while the survivors agree or connect.
 // Prints each failure and a summary with the recovery time (the duration of
 // the call that ran again) percentiles. Exit 0 when every run passed.
 #include <poll.h>
@@ -45,6 +47,7 @@ struct Options {
   int timeoutS = 10;
   int windowMs = 300;
   int calls = 3000;
+  int kills = 1;  // ranks killed per run; the ones after the first within 150 ms of the one before
   bool verbose = false;
 };
 
@@ -225,11 +228,19 @@ RunResult oneRun(const Options& o, std::mt19937_64& rng, std::string* when) {
     if (poll(&p, 1, 100) > 0 && read(readyPipe[0], &c, 1) == 1) ++got;
   }
   close(readyPipe[0]);
-  const int victim = static_cast<int>(rng() % static_cast<uint64_t>(o.ranks));
-  const int delayUs = static_cast<int>(rng() % (static_cast<uint64_t>(o.windowMs) * 1000 + 1));
-  usleep(static_cast<useconds_t>(delayUs));
-  kill(ranks[static_cast<size_t>(victim)], SIGKILL);
-  *when = std::to_string(delayUs / 1000) + " ms, rank " + std::to_string(victim);
+  std::vector<int> order(static_cast<size_t>(o.ranks));
+  for (int r = 0; r < o.ranks; ++r) order[static_cast<size_t>(r)] = r;
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<bool> victim(static_cast<size_t>(o.ranks), false);
+  for (int k = 0; k < o.kills; ++k) {
+    const int who = order[static_cast<size_t>(k)];
+    const uint64_t windowUs = k == 0 ? static_cast<uint64_t>(o.windowMs) * 1000 : 150'000;
+    const int delayUs = static_cast<int>(rng() % (windowUs + 1));
+    usleep(static_cast<useconds_t>(delayUs));
+    kill(ranks[static_cast<size_t>(who)], SIGKILL);
+    victim[static_cast<size_t>(who)] = true;
+    *when += (k ? ", then " : "") + std::to_string(delayUs / 1000) + " ms, rank " + std::to_string(who);
+  }
   const uint64_t until = soak::monotonicNs() + static_cast<uint64_t>(o.timeoutS) * 1'000'000'000ull + 5'000'000'000ull;
   std::vector<Report> reps;
   while (static_cast<int>(reps.size()) < o.ranks && soak::monotonicNs() < until) {
@@ -245,24 +256,25 @@ RunResult oneRun(const Options& o, std::mt19937_64& rng, std::string* when) {
   for (const Report& rep : reps) {
     if (rep.rank < 0 || rep.rank >= o.ranks) continue;
     reported[static_cast<size_t>(rep.rank)] = true;
-    if (rep.rank == victim) continue;  // it finished before the kill: fine either way
+    if (victim[static_cast<size_t>(rep.rank)]) continue;  // it finished before the kill: fine either way
     const std::string who = "rank " + std::to_string(rep.rank) + ": ";
     if (!rep.ok) out.failures.push_back(who + rep.message);
     if (rep.recoverNs > 0) out.recoverMs.push_back(static_cast<double>(rep.recoverNs) / 1e6);
-    if (rep.epoch > 0) {
-      out.lost = true;
-      for (int r = 0; r < o.ranks; ++r)
-        if (rep.live[r] != (r != victim ? 1 : 0))
-          out.failures.push_back(who + "its mask says rank " + std::to_string(r) + " is " +
-                                 (rep.live[r] ? "live" : "lost"));
+    if (rep.epoch > 0) out.lost = true;
+    // Survivors are live; a victim may still show live when the others had
+    // finished before it was killed, but then alike on every survivor.
+    for (int r = 0; r < o.ranks; ++r)
+      if (!victim[static_cast<size_t>(r)] && rep.live[r] != 1 && rep.epoch > 0)
+        out.failures.push_back(who + "its mask says rank " + std::to_string(r) + " (never killed) is lost");
+    if (first == nullptr) {
+      first = &rep;
+    } else if (rep.epoch != first->epoch || !std::equal(rep.live, rep.live + o.ranks, first->live)) {
+      out.failures.push_back(who + "epoch " + std::to_string(rep.epoch) + " or its mask differ from rank " +
+                             std::to_string(first->rank) + "'s (epoch " + std::to_string(first->epoch) + ")");
     }
-    if (first == nullptr) first = &rep;
-    else if (rep.epoch != first->epoch)
-      out.failures.push_back(who + "epoch " + std::to_string(rep.epoch) + ", rank " + std::to_string(first->rank) +
-                             " has " + std::to_string(first->epoch));
   }
   for (int r = 0; r < o.ranks; ++r)
-    if (r != victim && !reported[static_cast<size_t>(r)])
+    if (!victim[static_cast<size_t>(r)] && !reported[static_cast<size_t>(r)])
       out.failures.push_back("rank " + std::to_string(r) + " did not finish (hang or crash)");
   soak::endRun(ranks, server, &out.failures);
   return out;
@@ -285,9 +297,10 @@ bool parse(int argc, char** argv, Options* o) {
     else if (a == "--timeout-s") o->timeoutS = static_cast<int>(v);
     else if (a == "--window-ms") o->windowMs = static_cast<int>(v);
     else if (a == "--calls") o->calls = static_cast<int>(v);
+    else if (a == "--kills") o->kills = static_cast<int>(v);
     else return false;
   }
-  return o->ranks >= 2 && o->ranks <= kMaxRanks && o->timeoutS >= 1;
+  return o->ranks >= 2 && o->ranks <= kMaxRanks && o->timeoutS >= 1 && o->kills >= 1 && o->kills < o->ranks;
 }
 
 }  // namespace
@@ -296,7 +309,7 @@ int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, &o)) {
     std::fprintf(stderr, "usage: live_soak [--runs N] [--ranks 2..16] [--seed S] [--timeout-s T] [--window-ms W] "
-                         "[--calls C] [--verbose]\n");
+                         "[--calls C] [--kills K] [--verbose]\n");
     return 2;
   }
   if (o.seed == 0) o.seed = soak::monotonicNs();
@@ -304,8 +317,8 @@ int main(int argc, char** argv) {
   setenv("PLAIT_LIVE_RANKS", "1", 1);
   signal(SIGPIPE, SIG_IGN);
   std::mt19937_64 rng(o.seed);
-  std::printf("live_soak: %d runs of %d ranks, %d calls each, seed %llu, timeout %d s, kill within %d ms\n", o.runs,
-              o.ranks, o.calls, static_cast<unsigned long long>(o.seed), o.timeoutS, o.windowMs);
+  std::printf("live_soak: %d runs of %d ranks, %d kill(s), %d calls each, seed %llu, timeout %d s, kill within %d ms\n",
+              o.runs, o.ranks, o.kills, o.calls, static_cast<unsigned long long>(o.seed), o.timeoutS, o.windowMs);
   std::vector<double> recover;
   int failed = 0, lost = 0;
   const uint64_t t0 = soak::monotonicNs();
