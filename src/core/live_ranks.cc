@@ -190,14 +190,17 @@ Status LiveRanks::run(const Task& task) {
                           "live-ranks mode (PLAIT_LIVE_RANKS) goes on over the survivors with host buffers only");
     return parent_->runHere(task);  // not recovered: its input is not copied
   }
-  PLAIT_RETURN_IF_ERROR(deadEnd(task, live, epoch()));
   if (task.coll == CollType::kSend || task.coll == CollType::kRecv) {
+    PLAIT_RETURN_IF_ERROR(deadEnd(task, live, epoch()));
     Status s = execute(task);  // not recovered: the next collective is (live_ranks.h)
     if (s.isOk()) report(false);
     return s;
   }
+  // Numbered (and kept) before a dead root refuses it: a rank that started
+  // it before the loss was known counted it, so every rank must.
   const uint64_t seq = ++seq_;
   save(task, seq);
+  PLAIT_RETURN_IF_ERROR(deadEnd(task, live, epoch()));
   Status s = execute(task);
   if (s.isOk()) {
     report(false);
