@@ -155,7 +155,8 @@ Status Communicator::initSteps(const ncclUniqueId& id, const CommOptions& option
   int want = static_cast<int>(kNChannels.get());
   if (want <= 0) want = defaultHostChannels(usableCores(), static_cast<int>(local.size()));
   if (options.maxChannels > 0) want = std::min(want, options.maxChannels);
-  liveMode_ = !options.liveChild && liveRanksRequested();
+  PLAIT_ASSIGN_OR_RETURN(const bool wantLive, liveRanksRequested());
+  liveMode_ = !options.liveChild && wantLive;
   PLAIT_ASSIGN_OR_RETURN(const int nChannels, agreeOnSettings(want, deadline));
   PLAIT_RETURN_IF_ERROR(connectTransports(deadline, nChannels));
   PLAIT_ASSIGN_OR_RETURN(board_, OpBoard::create(*bootstrap_, local, deadline));

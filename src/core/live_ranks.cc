@@ -55,7 +55,18 @@ int count(const std::vector<uint8_t>& mask) { return static_cast<int>(std::count
 
 }  // namespace
 
-bool liveRanksRequested() { return kLiveRanks.get() != 0; }
+Result<bool> liveRanksRequested() {
+  const int64_t mode = kLiveRanks.get();
+  if (mode != 0 && mode != 1)
+    return invalidArgument("PLAIT_LIVE_RANKS=" + std::to_string(mode) + ": expected 0 (off) or 1 (on)");
+  if (mode == 1 && kLiveAgreeMs.get() < 0)
+    return invalidArgument("PLAIT_LIVE_AGREE_MS=" + std::to_string(kLiveAgreeMs.get()) +
+                           ": must be 0 (PLAIT_TIMEOUT) or a number of milliseconds");
+  if (mode == 1 && kLiveHistoryBytes.get() < 0)
+    return invalidArgument("PLAIT_LIVE_HISTORY_BYTES=" + std::to_string(kLiveHistoryBytes.get()) +
+                           ": must be 0 or more");
+  return mode == 1;
+}
 
 LiveRanks::LiveRanks(Communicator* parent, const CommOptions& options)
     : parent_(parent),
@@ -139,7 +150,7 @@ void LiveRanks::save(const Task& task, uint64_t seq) {
   size_t kept = bytes;
   for (const Saved& h : history_) kept += h.input.size();
   Saved s;
-  const auto cap = static_cast<size_t>(std::max<int64_t>(kLiveHistoryBytes.get(), 0));
+  const auto cap = static_cast<size_t>(kLiveHistoryBytes.get());  // checked at init
   while (history_.size() >= 2 && (history_.size() >= kMaxHistory || kept > cap)) {
     kept -= history_.front().input.size();
     s = std::move(history_.front());

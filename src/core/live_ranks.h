@@ -65,8 +65,10 @@ namespace plait {
 class Communicator;
 struct CommOptions;
 
-// PLAIT_LIVE_RANKS (0/1): whether this process asks for the live-ranks mode.
-bool liveRanksRequested();
+// PLAIT_LIVE_RANKS (0/1): whether this process asks for the live-ranks mode;
+// InvalidArgument naming the setting for another value, or for a negative
+// PLAIT_LIVE_AGREE_MS or PLAIT_LIVE_HISTORY_BYTES.
+Result<bool> liveRanksRequested();
 
 // What the last operation on a live-ranks communicator did (its report is
 // overwritten by the next).

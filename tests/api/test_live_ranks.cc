@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "direct_test_env.h"
@@ -204,4 +205,19 @@ TEST_CASE("live ranks: ranks that disagree on the mode fail init; queries need t
     return "";
   });
   for (const std::string& f : failed) FAIL(f);
+  // Bad settings fail init naming them.
+  for (auto [name, value, says] : {std::tuple{"PLAIT_LIVE_RANKS", "7", "PLAIT_LIVE_RANKS=7: expected 0 (off) or 1"},
+                                   std::tuple{"PLAIT_LIVE_AGREE_MS", "-3", "PLAIT_LIVE_AGREE_MS=-3: must be 0"},
+                                   std::tuple{"PLAIT_LIVE_HISTORY_BYTES", "-1", "PLAIT_LIVE_HISTORY_BYTES=-1: must be"}}) {
+    setenv("PLAIT_LIVE_RANKS", "1", 1);
+    setenv(name, value, 1);
+    plait_test::resetLibrarySettings();
+    const auto refused = plait_test::runThreads(1, [](int, ncclComm_t) { return std::string("init succeeded"); });
+    unsetenv(name);
+    unsetenv("PLAIT_LIVE_RANKS");
+    plait_test::resetLibrarySettings();
+    INFO(name << "=" << value);
+    REQUIRE(refused.size() == 1);
+    CHECK(refused[0].find(says) != std::string::npos);
+  }
 }
