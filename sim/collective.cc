@@ -298,9 +298,10 @@ Result<CollectiveResult> ClusterModel::run(const std::vector<const SimComm*>& co
     HopCounts hops = first.hops;
     // A ring link carries the channel's share times the collective's ring
     // factor; a tree flow carries half a channel's share, once each way; an
-    // NVLS flow (1 + 1/n) times the channel's share.
+    // NVLS flow (1 + 1/heads) times the channel's share (the heads' links
+    // are the loaded ones).
     double share = static_cast<double>(bytes) / k / 2;
-    if (algo == SimAlgo::kNvls) share = static_cast<double>(bytes) / k * (1.0 + 1.0 / n);
+    if (algo == SimAlgo::kNvls) share = static_cast<double>(bytes) / k * (1.0 + 1.0 / nvlsHeads(n));
     if (algo == SimAlgo::kRing) {
       hops.nvlink = first.hops.nvlink * steps / n;
       hops.pcie = first.hops.pcie * steps / n;

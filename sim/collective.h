@@ -21,8 +21,10 @@
 //     runs rings with Simple).
 // AllReduce, AllGather, ReduceScatter, Broadcast and Reduce are rings (and
 // AllReduce also trees, and NVLS inside one NVSwitch host: every GPU one flow
-// up to the switches and one down, each carrying S (1 + 1/n) / channels at
-// NCCL's NVLS efficiency, after NCCL's NVLS latency); point-to-point transfers (send/recv, all-to-all)
+// up to the switches and one down, each carrying S (1 + 1/heads) / channels at
+// NCCL's NVLS efficiency, after NCCL's NVLS latency; heads = min(n, 32), and
+// the links of GPUs that are not heads, which carry S, are charged as heads');
+// point-to-point transfers (send/recv, all-to-all)
 // are one flow each, from the sender's nearest NIC to the receiver's.
 //
 // Not thread-safe: a model caches the world communicator's flows.

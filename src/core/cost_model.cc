@@ -123,6 +123,8 @@ double nvlsEfficiency(int sm) {
 
 double nvlsLatencyUs() { return 25.0; }
 
+int nvlsHeads(int n) { return std::min(n, 32); }
+
 uint64_t protocolMaxBytes(Protocol p) {
   switch (p) {
     case Protocol::kLL: return uint64_t(1) << 20;

@@ -133,5 +133,10 @@ double nvlsEfficiency(int sm);
 // NVLS latency on one NVLink domain, µs: NCCL's 25 (no per-hop term: every
 // GPU is one switch away).
 double nvlsLatencyUs();
+// The GPUs of an n-GPU NVLS AllReduce that reduce and multicast a share of
+// the buffer each ("heads"): all of them up to NCCL's NVLS arity of 32
+// (NCCL_MAX_NVLS_ARITY), then 32. A head's links carry S (1 + 1/heads) each
+// way; the others' S.
+int nvlsHeads(int n);
 
 }  // namespace plait

@@ -308,6 +308,22 @@ TEST_CASE("NVLS runs on one NVSwitch host from Hopper on, and loads each GPU's s
     CHECK(switchLinks == 16);
     CHECK(r->busBw == Approx(r->algBw * 2 * 7 / 8));
   }
+  SECTION("72 GPUs of an NVL72 rack: NCCL's 32 heads, so S(1 + 1/32)") {
+    CHECK(nvlsHeads(8) == 8);
+    CHECK(nvlsHeads(72) == 32);
+    auto model = ClusterModel::create(loadCluster("gb200_nvl72.xml", 1), NetworkSpec{});
+    REQUIRE(model.isOk());
+    auto r = (*model)->simulate(CollType::kAllReduce, bytes, nvls);
+    REQUIRE(r.isOk());
+    const Fabric& fabric = (*model)->fabric();
+    int switchLinks = 0;
+    for (size_t l = 0; l < fabric.links().size(); ++l) {
+      if (fabric.linkName(static_cast<int>(l)).find("NVS") == std::string::npos || r->linkBytes[l] == 0.0) continue;
+      ++switchLinks;
+      CHECK(r->linkBytes[l] == Approx(bytes * (1.0 + 1.0 / 32)));
+    }
+    CHECK(switchLinks == 2 * 72);
+  }
   SECTION("not before Hopper, not across hosts, not for other collectives") {
     auto a100 = ClusterModel::create(loadCluster("dgx_a100.xml", 1), NetworkSpec{});
     REQUIRE(a100.isOk());
