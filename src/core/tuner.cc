@@ -114,9 +114,21 @@ double Tuner::ringUs(CollType coll, size_t bytes, int nChannels) const {
          ringBytesPerLink(coll, n) * static_cast<double>(bytes) / (c.ringBytesPerUs * nChannels * in_.cpuShare);
 }
 
-void Tuner::fillRingSlicing(size_t bytes, Plan* plan) const {
+// A rank's share of a host ring channel: one block of the buffer, except in
+// the chains (Broadcast, Reduce), which carry all of it through every link, so
+// their slices are the whole share up to a step (perf/host/chain_slices.sh:
+// 0.5-0.85x the time of slices of one block from 64 KiB, at 2 and 4 ranks).
+// Below 16 KiB with a core per rank, a block still: two slices pipeline
+// across the cores there (one 8 KiB slice took 1.15x as long). The device
+// path keeps one block (its kernels' costs are not measured here).
+size_t Tuner::hostSliceShare(CollType coll, size_t bytes, int nChannels) const {
+  const bool chain = (coll == CollType::kBroadcast || coll == CollType::kReduce) &&
+                     (in_.cpuShare < 1 || bytes / nChannels >= (size_t(16) << 10));
+  return std::max<size_t>(1, bytes / (chain ? 1 : in_.nranks) / nChannels);
+}
+
+void Tuner::fillRingSlicing(size_t perRank, size_t bytes, Plan* plan) const {
   const size_t step = in_.ringStepBytes;
-  const size_t perRank = std::max<size_t>(1, bytes / in_.nranks / plan->nChannels);
   // Slices as large as the step allows: each FIFO step costs a hand-off of
   // cache lines between cores, and measured here (perf/results) small slices
   // lose 3-4x to whole steps from 64 KiB up. Chunks are at most half the FIFO
@@ -191,7 +203,7 @@ Plan Tuner::ringPlan(const Task& task, size_t bytes) const {
   plan.algo = Algorithm::kRing;
   plan.nChannels = channels;
   plan.predictedUs = ringUs(task.coll, bytes, channels);
-  fillRingSlicing(bytes, &plan);
+  fillRingSlicing(hostSliceShare(task.coll, bytes, channels), bytes, &plan);
   return plan;
 }
 
@@ -209,7 +221,7 @@ Plan Tuner::devicePlan(const Task& task, size_t bytes, int maxChannels) const {
   const HopCounts hops = ringHops(ringSteps(task.coll, n), n, in_.nHosts > 1 ? in_.nHosts : 0, HopClass::kNvlink);
   plan.predictedUs = ringLatencyUs(Protocol::kSimple, hops) + ringUs(task.coll, bytes, plan.nChannels) -
                      in_.costs.callUs - ringSteps(task.coll, n) * in_.costs.hopUs;
-  fillRingSlicing(bytes, &plan);
+  fillRingSlicing(std::max<size_t>(1, bytes / n / plan.nChannels), bytes, &plan);
   return plan;
 }
 

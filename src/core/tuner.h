@@ -79,7 +79,9 @@ class Tuner {
  private:
   double oneShotUs(size_t bytes) const;
   double ringUs(CollType coll, size_t bytes, int nChannels) const;
-  void fillRingSlicing(size_t bytes, Plan* plan) const;
+  size_t hostSliceShare(CollType coll, size_t bytes, int nChannels) const;
+  // Slice and chunk sizes from a rank's share of a channel (`perRank`).
+  void fillRingSlicing(size_t perRank, size_t bytes, Plan* plan) const;
   // `channels` within the task's bounds and [1, most].
   static int boundedChannels(const Task& task, int channels, int most);
 

@@ -252,6 +252,23 @@ TEST_CASE("ranks that share cores price copies higher, the one-shot's n reads mo
         Approx(planWith(kHostCosts, 8, CollType::kAllReduce, 4, 1).predictedUs).epsilon(0.01));
 }
 
+TEST_CASE("the chains (Broadcast, Reduce) slice their whole buffer, the others one block", "[tuner]") {
+  constexpr size_t KiB = 1024;
+  for (CollType chain : {CollType::kBroadcast, CollType::kReduce}) {
+    // The whole buffer in steps of at most 128 KiB, at 2 ranks and at 4 on 2 cores.
+    CHECK(planWith(kHostCosts, 64 * KiB, chain).sliceBytes == 64 * KiB);
+    CHECK(planWith(kHostCosts, 512 * KiB, chain).sliceBytes == 128 * KiB);
+    CHECK(planWith(kHostCosts, 64 * KiB, chain, 4, 0.5).sliceBytes == 64 * KiB);
+    CHECK(planWith(kHostCosts, 8 * KiB, chain, 4, 0.5).sliceBytes == 8 * KiB);
+    // Small buffers with a core per rank: two slices (a block each) pipeline.
+    CHECK(planWith(kHostCosts, 8 * KiB, chain).sliceBytes == 4 * KiB);
+  }
+  // An AllGather or a ring AllReduce moves one block per step.
+  CHECK(planWith(kHostCosts, 64 * KiB, CollType::kAllGather).sliceBytes == 32 * KiB);
+  CHECK(planWith(kHostCosts, 256 * KiB, CollType::kAllReduce).sliceBytes == 128 * KiB);
+  CHECK(planWith(kHostCosts, 128 * KiB, CollType::kAllReduce, 4, 0.5).sliceBytes == 32 * KiB);
+}
+
 TEST_CASE("PLAIT_ALGO takes NCCL_ALGO's syntax, per collective too", "[tuner]") {
   CHECK(planWith(kHostCosts, 64).algo == Algorithm::kOneShot);  // the cost model's choice at 64 B
   {
