@@ -179,14 +179,20 @@ void initComms(ThreadState& ts) {
   for (RankState& r : ts.ranks) job.comms.push_back(r.comm);
 }
 
-void* allocBuffer(size_t bytes, bool* fromNccl) {
+void* allocBuffer(size_t bytes, bool heap, bool* fromNccl) {
   bytes = std::max<size_t>(bytes, 4096);
   void* p = nullptr;
   // Host memory peers can map (the harness times host collectives; plain
-  // ncclMemAlloc would give device memory on a GPU machine).
-  plait::Result<void*> shared = plait::hostMemAlloc(bytes);
-  *fromNccl = shared.isOk();
-  p = *fromNccl ? *shared : std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  // ncclMemAlloc would give device memory on a GPU machine), unless the
+  // heap's was asked for (--host_alloc malloc: what MPI's and torch's
+  // benchmarks time, whose pages may differ, e.g. in huge pages).
+  *fromNccl = false;
+  if (!heap) {
+    plait::Result<void*> shared = plait::hostMemAlloc(bytes);
+    *fromNccl = shared.isOk();
+    if (*fromNccl) p = *shared;
+  }
+  if (p == nullptr) p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
   if (p != nullptr) std::memset(p, 0, bytes);  // first touch, outside the timing
   return p;
 }
@@ -460,8 +466,8 @@ void threadMain(Job* job, int index) {
   ts.printer = job->layout.procRank == 0 && index == 0;
   initComms(ts);
   for (RankState& r : ts.ranks) {
-    r.send = allocBuffer(job->sendCap, &r.fromNccl[0]);
-    r.recv = allocBuffer(job->recvCap, &r.fromNccl[1]);
+    r.send = allocBuffer(job->sendCap, job->opts.hostMalloc, &r.fromNccl[0]);
+    r.recv = allocBuffer(job->recvCap, job->opts.hostMalloc, &r.fromNccl[1]);
     if (r.send == nullptr || r.recv == nullptr) failJob(*job, "# Rank " + std::to_string(r.rank) + ": out of memory");
   }
   registerBuffers(ts, true);
@@ -517,7 +523,8 @@ void fillReportSettings(Job& job, const char* program) {
                   {"aggIters", std::to_string(o.aggIters)}, {"check", std::to_string(o.check)},
                   {"average", std::to_string(o.average)}, {"root", std::to_string(o.root)},
                   {"launcher", job.layout.launcher}, {"nProcs", std::to_string(job.layout.nProcs)},
-                  {"localRegister", std::to_string(o.localRegister)}};
+                  {"localRegister", std::to_string(o.localRegister)},
+                  {"hostAlloc", o.hostMalloc ? "malloc" : "shared"}};
 }
 
 }  // namespace

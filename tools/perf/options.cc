@@ -100,11 +100,15 @@ void printUsage(const char* program) {
       "  [-J,--output_file <JSON output file>]\n"
       "  [-T,--timeout <seconds per size step, 0 disables>]\n"
       "  [-R,--local_register <0/1/2> register ncclMemAlloc buffers: 1 ncclCommRegister, 2 ncclCommWindowRegister]\n"
+      "  [--host_alloc <shared/malloc> host buffers from ncclMemAlloc's shared memory (default), or from the heap\n"
+      "   as MPI's and torch's (no -R); default from PLAIT_PERF_HOST_ALLOC]\n"
       "  [-h,--help]\n"
       "Ranks: under plait-run (PLAIT_RANK/PLAIT_NRANKS), under mpirun (OMPI_COMM_WORLD_*), or one\n"
       "process; every process runs -t threads of -g ranks each.\n",
       program);
 }
+
+constexpr int kHostAlloc = 1000;  // a long option only: nccl-tests may take any letter
 
 const struct option kLongOptions[] = {
     {"nthreads", required_argument, nullptr, 't'},     {"ngpus", required_argument, nullptr, 'g'},
@@ -116,6 +120,7 @@ const struct option kLongOptions[] = {
     {"root", required_argument, nullptr, 'r'},         {"blocking", required_argument, nullptr, 'z'},
     {"average", required_argument, nullptr, 'a'},      {"output_file", required_argument, nullptr, 'J'},
     {"timeout", required_argument, nullptr, 'T'},      {"local_register", required_argument, nullptr, 'R'},
+    {"host_alloc", required_argument, nullptr, kHostAlloc},
     {"help", no_argument, nullptr, 'h'},
     {nullptr, 0, nullptr, 0}};
 
@@ -138,6 +143,9 @@ bool applyFlag(int c, const char* arg, Options* o) {
     case 'T': return parseInt(arg, &o->timeoutSec) && o->timeoutSec >= 0;
     case 'R': return parseInt(arg, &o->localRegister) && o->localRegister >= 0 && o->localRegister <= 2;
     case 'J': o->jsonPath = arg; return !o->jsonPath.empty();
+    case kHostAlloc:
+      o->hostMalloc = std::strcmp(arg, "malloc") == 0;
+      return o->hostMalloc || std::strcmp(arg, "shared") == 0;
     case 'o': return parseOps(arg, &o->ops);
     case 'd': return parseTypes(arg, &o->types);
     default: return false;
@@ -149,6 +157,12 @@ bool applyFlag(int c, const char* arg, Options* o) {
 bool parseOptions(int argc, char** argv, Options* options, int* exitCode) {
   *exitCode = 1;
   optind = 1;
+  // The environment's default for --host_alloc, so that scripts that vary
+  // only environments (perf/host/interleave.sh) can compare the two.
+  if (const char* env = std::getenv("PLAIT_PERF_HOST_ALLOC"); env != nullptr && !applyFlag(kHostAlloc, env, options)) {
+    std::fprintf(stderr, "%s: invalid value '%s' for PLAIT_PERF_HOST_ALLOC (shared or malloc)\n", argv[0], env);
+    return false;
+  }
   int c;
   while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:c:o:d:r:z:a:J:T:R:h", kLongOptions, nullptr)) != -1) {
     if (c == 'h') {
@@ -157,13 +171,19 @@ bool parseOptions(int argc, char** argv, Options* options, int* exitCode) {
       return false;
     }
     if (c == '?' || !applyFlag(c, optarg, options)) {
-      if (c != '?') std::fprintf(stderr, "%s: invalid value '%s' for -%c\n", argv[0], optarg, c);
+      if (c == kHostAlloc) std::fprintf(stderr, "%s: invalid value '%s' for --host_alloc\n", argv[0], optarg);
+      else if (c != '?') std::fprintf(stderr, "%s: invalid value '%s' for -%c\n", argv[0], optarg, c);
       printUsage(argv[0]);
       return false;
     }
   }
   if (optind < argc) {
     std::fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[optind]);
+    return false;
+  }
+  if (options->hostMalloc && options->localRegister != 0) {
+    std::fprintf(stderr, "%s: -R registers ncclMemAlloc buffers; it cannot be used with --host_alloc malloc\n",
+                 argv[0]);
     return false;
   }
   if (options->maxBytes < options->minBytes) {

@@ -25,6 +25,7 @@ struct Options {
   int average = 1;        // -a: 0 rank 0, 1 mean, 2 min, 3 max across ranks
   int timeoutSec = 0;     // -T: 0 means no watchdog
   int localRegister = 0;  // -R: 1 ncclCommRegister the buffers, 2 ncclCommWindowRegister them
+  bool hostMalloc = false;  // --host_alloc malloc: plain heap buffers (as MPI's and torch's), not ncclMemAlloc's
   std::string jsonPath;   // -J
   std::vector<ncclDataType_t> types{ncclFloat32};
   std::vector<TestOp> ops{TestOp::kSum};
