@@ -40,6 +40,14 @@ PLAIT_PARAM_INT(kCmaMinBytes, "P2P_CMA_MIN_BYTES", 16 << 10,
                 "point-to-point messages from this size up are read in place from the sending process "
                 "(single copy) when cross-memory attach is permitted");
 
+PLAIT_PARAM_INT(kScatterCmaMinBytes, "P2P_SCATTER_CMA_MIN_BYTES", 128 << 10,
+                "Scatter's blocks from this size (and P2P_CMA_MIN_BYTES; twice this when the local ranks share "
+                "cores) up to P2P_SCATTER_CMA_MAX_BYTES are read in place from the root (single copy, every "
+                "other rank reading its own block at once)");
+PLAIT_PARAM_INT(kScatterCmaMaxBytes, "P2P_SCATTER_CMA_MAX_BYTES", 512 << 10,
+                "the largest Scatter block read in place from the root; larger and smaller blocks, and every "
+                "Gather, go through the FIFOs (0: Scatter always through the FIFOs)");
+
 // Large messages between local processes: the sender posts where the data
 // is, the receiver copies it straight into its buffer (process_vm_readv)
 // and releases the step, which tells the sender its buffer is free again.
@@ -61,7 +69,7 @@ struct Message {
   size_t bytes = 0;
   size_t done = 0;
   bool single = false;  // receives: a checked single-copy descriptor is being read
-  bool mayRendezvous = true;  // sends: may go single-copy (not Gather's or Scatter's, see runP2p)
+  bool mayRendezvous = true;  // sends: may go single-copy (not Gather's, nor Scatter's large blocks: runP2p)
 };
 
 // Per peer, the sends and the receives in call order, and how far each got;
@@ -510,6 +518,8 @@ Status Communicator::runLineP2p(const Task& t) {
 // Expands every task into messages of one batch and runs it.
 Status Communicator::runP2p(const std::vector<Task>& tasks) {
   P2pBatch batch(*shm_, rank_, nranks_, cma_, pids_);
+  const int64_t scatterCmaMin = kScatterCmaMinBytes.get() * (oversubscribed_ ? 2 : 1);
+  const int64_t scatterCmaMax = kScatterCmaMaxBytes.get();
   for (const Task& t : tasks) {
     if (t.peer >= nranks_ && (t.coll == CollType::kSend || t.coll == CollType::kRecv))
       return invalidArgument("peer " + std::to_string(t.peer) + " is not a rank of this communicator");
@@ -536,11 +546,17 @@ Status Communicator::runP2p(const std::vector<Task>& tasks) {
           recv(p, out + p * bytes);
         }
         break;
-      // Gather and Scatter keep the FIFO pipeline: one rank meets all the
-      // others, and its single-copy reads (process_vm_readv walks the pages:
-      // slower per byte than memcpy on a VM) would do alone what the FIFO
-      // splits between sender and receiver (perf/host/p2p_cma.sh: 1.15-1.6x
-      // slower from 4 MiB with single copies, no better below).
+      // Gather keeps the FIFO pipeline: the root meets all the others, and
+      // its single-copy reads (process_vm_readv walks the pages: slower per
+      // byte than memcpy on a VM) would do alone what the FIFO splits between
+      // sender and receiver (perf/host/p2p_cma.sh: 1.15-1.6x slower from
+      // 4 MiB with single copies, no better below). In Scatter every other
+      // rank reads its own block, at once, and the root copies nothing:
+      // 0.77-0.85x the FIFO's time for blocks of 128-256 KiB at 2 ranks; at
+      // 4 ranks on 2 cores the readers take turns and blocks of 64-128 KiB
+      // lose (1.3-1.6x), hence the doubled minimum there. From 1 MiB of the
+      // root's buffer the direct path (direct.cc) takes Scatter anyway
+      // (perf/results/host/scatter_cma.md).
       case CollType::kGather:
         send(t.root, in, /*mayRendezvous=*/false);
         if (rank_ == t.root)
@@ -548,7 +564,10 @@ Status Communicator::runP2p(const std::vector<Task>& tasks) {
         break;
       case CollType::kScatter:
         if (rank_ == t.root)
-          for (int p = 0; p < nranks_; ++p) send(p, in + p * bytes, /*mayRendezvous=*/false);
+          for (int p = 0; p < nranks_; ++p) {
+            const auto block = static_cast<int64_t>(bytes);
+            send(p, in + p * bytes, block >= scatterCmaMin && block <= scatterCmaMax);
+          }
         recv(t.root, out);
         break;
       default:
