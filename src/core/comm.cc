@@ -43,11 +43,22 @@ PLAIT_PARAM_INT(kMeshMaxRanks, "SHM_MESH_MAX_RANKS", kHostShmDefaults.meshMaxRan
 // process_vm_readv copies slower per byte than memcpy on this project's VM
 // (page walks under virtualisation), but one copy instead of two: Send/Recv
 // and AlltoAll messages from 16 KiB (P2P_CMA_MIN_BYTES) take 0.45-0.8x the
-// time up to 1 MiB, 0.7-1.0x above (perf/host/p2p_cma.sh, 2 and 4 ranks).
-// Gather and Scatter keep the FIFO (src/core/p2p.cc).
+// time up to 1 MiB, 0.7-1.0x above (perf/host/p2p_cma.sh, 2 and 4 ranks);
+// AlltoAll only where each local rank has a core (PLAIT_ALLTOALL_CMA below).
+// Gather keeps the FIFO, Scatter uses it for mid-size blocks (src/core/p2p.cc).
 PLAIT_PARAM_INT(kP2pCma, "P2P_CMA", 1,
                 "1: point-to-point messages between local processes from P2P_CMA_MIN_BYTES up are read in place "
                 "with process_vm_readv (single copy) where the system permits it; 0: always through the FIFO");
+
+// AlltoAll's single copies tie a rank's call to its peers: it ends only once
+// every peer has read its buffer, and with two ranks per core that waits for
+// each of them to be scheduled, where a FIFO step lets the sender go on. At 4
+// ranks on this project's 2-core VM the FIFO path took 0.51-0.91x the time of
+// the single copies from 64 KiB to 16 MiB (two runs of 9 interleaved rounds,
+// perf/results/host/alltoall_cma.md); with a core per rank they stay.
+PLAIT_PARAM_INT(kAlltoAllCma, "ALLTOALL_CMA", -1,
+                "AlltoAll's single copies by cross-memory attach (point-to-point and direct path): 1 on, 0 off, "
+                "-1 off where the local ranks share cores, else on");
 
 // Whether every local rank can read every other local rank's memory with
 // process_vm_readv (ptrace permission): each reads its peers' probe words,
@@ -312,6 +323,9 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   PLAIT_ASSIGN_OR_RETURN(cma_, probeCma(*bootstrap_, so.localRanks, deadline));
   PLAIT_ASSIGN_OR_RETURN(direct_, DirectPath::create(oob, shm_.get(), cma_, deadline));
   direct_->setReproducible(reproducible_);
+  // The same on every local rank: oversubscription is judged on the union of their CPU masks.
+  alltoallCma_ = cma_ && (kAlltoAllCma.get() == 1 || (kAlltoAllCma.get() < 0 && !oversubscribed_));
+  direct_->setAlltoAllCma(alltoallCma_);
   deviceHostOptions_ = so;
   deviceHostOptions_.dedicatedCores = false;  // the device path's host threads share the rank's CPUs
   hostOf_ = hostOf;

@@ -327,6 +327,7 @@ class Communicator {
   std::vector<std::vector<int>> rings_;  // per channel: ranks in ring order
   std::vector<int> pids_;                // per rank (liveness checks)
   bool oversubscribed_ = false;          // more local ranks than cores
+  bool alltoallCma_ = false;             // AlltoAll may copy by cross-memory attach (PLAIT_ALLTOALL_CMA)
   bool dedicatedCores_ = false;          // local ranks on disjoint CPUs (base/cpu_mask.h)
   bool cma_ = false;                     // local ranks may read each other's memory (process_vm_readv)
   std::vector<char> scratch_;     // one-shot in-place staging

@@ -299,7 +299,8 @@ Result<bool> DirectPath::exchange(const Task& task) {
   const size_t block = task.count * typeSize(task.type);
   const bool ring = task.coll == CollType::kAllGather || task.coll == CollType::kBroadcast;
   const size_t largest = task.coll == CollType::kAllGather ? block * nranks_ : block;
-  const bool cmaOk = cma_ && !reduction && block >= cmaMinBytes_ && !(ring && largest > cmaMaxBytes_);
+  const bool cmaOk = cma_ && !reduction && block >= cmaMinBytes_ && !(ring && largest > cmaMaxBytes_) &&
+                     (task.coll != CollType::kAlltoAll || alltoallCma_);
   if (me.send) mine.send = describe(task.sendbuff, me.sendBytes, cmaOk);
   if (me.recv) mine.recv = describe(task.recvbuff, me.recvBytes, cmaOk);
   // In place, peers would read blocks of this rank's input it overwrites.

@@ -89,6 +89,9 @@ class DirectPath {
   // PLAIT_REPRODUCIBLE as the communicator agreed it: floating reductions
   // then fold in rank order (foldInRankOrder), as every path does.
   void setReproducible(int mode) { reproducible_ = mode; }
+  // Whether AlltoAll on unregistered buffers may copy by cross-memory attach
+  // (the same on every rank; PLAIT_ALLTOALL_CMA in comm.cc).
+  void setAlltoAllCma(bool on) { alltoallCma_ = on; }
   // Operations of `coll` of at least this many bytes (their largest buffer)
   // should call run(); SIZE_MAX when direct operation is off. Broadcast,
   // Reduce, Gather, Scatter and AlltoAll have a threshold of their own: on
@@ -189,6 +192,7 @@ class DirectPath {
   std::vector<char*> dsts_;           // reduceInto's destinations for one chunk
   std::vector<unsigned char> scratch_;
   int reproducible_ = 0;             // PLAIT_REPRODUCIBLE (core/reproducible.h)
+  bool alltoallCma_ = true;          // setAlltoAllCma
   std::vector<unsigned char> foldScratch_;  // foldInto: nranks scaled chunks and the result
   std::vector<const void*> foldInputs_;     // foldInto: per rank, its chunk (scaled or in place)
   static constexpr int kCollTypes = 10;  // CollType's values

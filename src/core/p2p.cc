@@ -542,7 +542,7 @@ Status Communicator::runP2p(const std::vector<Task>& tasks) {
       case CollType::kRecv: batch.recv(t.peer, out, bytes); break;
       case CollType::kAlltoAll:
         for (int p = 0; p < nranks_; ++p) {
-          send(p, in + p * bytes, true);
+          send(p, in + p * bytes, alltoallCma_);
           recv(p, out + p * bytes);
         }
         break;

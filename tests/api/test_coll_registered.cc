@@ -5,6 +5,9 @@
 // (peers' memfds mapped through /proc). Between processes, the data movers
 // go direct on unregistered buffers too, by cross-memory attach.
 #include <optional>
+#include <string>
+
+#include <sched.h>
 
 #include "coll_checks.h"
 #include "direct_test_env.h"
@@ -118,13 +121,31 @@ TEST_CASE("An in-place AlltoAll on registered buffers falls back, correctly", "[
 // Unregistered buffers between processes: the data movers copy straight out
 // of (or into) peers' memory with process_vm_readv/writev, in and out of
 // place, pull and push AllGather; the reductions still take the FIFO path.
+// AlltoAll's single copies are off where the ranks share cores
+// (PLAIT_ALLTOALL_CMA=-1, the default): with 3 ranks, on a machine with
+// fewer than 3 CPUs for them. 1 turns them on, 0 off.
 TEST_CASE("Data movers on unregistered buffers between processes run direct by cross-memory attach",
           "[registered][process][cma]") {
   const bool push = GENERATE(false, true);
-  INFO("PLAIT_DIRECT_ALLGATHER_PUSH=" << push);
+  const int alltoallCma = GENERATE(1, 0, -1);
+  INFO("PLAIT_DIRECT_ALLGATHER_PUSH=" << push << " PLAIT_ALLTOALL_CMA=" << alltoallCma);
   setenv("PLAIT_DIRECT_ALLGATHER_PUSH", push ? "1" : "0", 1);
+  setenv("PLAIT_ALLTOALL_CMA", std::to_string(alltoallCma).c_str(), 1);
+  cpu_set_t mask;
+  const int cpus = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 1;
+  const bool alltoallDirect = alltoallCma == 1 || (alltoallCma == -1 && cpus >= 3);
   DirectTestEnv env;
-  const std::vector<Item> movers = dataMovers();
+  std::vector<Item> movers = dataMovers();
+  std::vector<Item> alltoall;
+  for (auto it = movers.begin(); it != movers.end();)
+    if (std::string(it->name).find("AlltoAll") != std::string::npos) {
+      alltoall.push_back(*it);
+      it = movers.erase(it);
+    } else {
+      ++it;
+    }
+  REQUIRE(alltoall.size() == 1);
+  movers.push_back(alltoall.front());  // run last, checked apart
   const std::vector<Item> reductions = {items()[5], items()[6]};
   auto failures = runProcessesChecked(3, [&](int rank, ncclComm_t comm) {
     std::string first = registeredSweep(rank, 3, comm, movers, true);
@@ -132,8 +153,15 @@ TEST_CASE("Data movers on unregistered buffers between processes run direct by c
     return first.empty() ? second : first;
   });
   unsetenv("PLAIT_DIRECT_ALLGATHER_PUSH");
+  unsetenv("PLAIT_ALLTOALL_CMA");
   for (auto& f : failures) FAIL_CHECK(f);
+  movers.pop_back();
   checkAllDirect(env, movers);
+  {
+    INFO(alltoall.front().name << " (" << cpus << " CPUs)");
+    CHECK((env.count(alltoall.front().name, true) > 0) == alltoallDirect);
+    CHECK((env.count(alltoall.front().name, false) > 0) == !alltoallDirect);
+  }
   for (const Item& item : reductions) {
     INFO(item.name);
     CHECK(env.count(item.name, false) > 0);
