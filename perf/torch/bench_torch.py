@@ -2,18 +2,30 @@
 
     PY=$(scripts/setup_torch.sh | tail -1)
     $PY perf/torch/bench_torch.py --ranks 2 --repeats 3 [--max-bytes 256M] [--out perf/results/torch]
+        [--native build/bin] [--bind]
 
-For each repeat, each backend in turn (gloo, plait, gloo, plait, ...) runs
+For each repeat, each backend in turn (the order rotating from repeat to repeat) runs
 all_reduce, all_gather_into_tensor, reduce_scatter_tensor and
 all_to_all_single on float32 from 8 B to --max-bytes (x4 steps), timing
 --iters calls after --warmup (time per call: the slowest rank's mean, as
 nccl-tests), then a DDP training step of a small MLP. Prints nccl-tests'
 algbw/busbw per size and backend, the medians over the repeats, and the
 plait/gloo ratio; writes the same table to --out/<ranks>ranks.md.
+
+--native BIN adds, in every repeat right after the torch runs, Plait's own
+*_perf programs (BIN/all_reduce_perf, ...) under BIN/plait-run with the same
+sizes and call counts, on heap buffers as torch's (--host_alloc malloc) and
+timed as here (-a 3: the slowest rank): the cost of the torch path over the C
+API, measured in the same window. The torch ranks are spawned unbound (as torch.multiprocessing
+and torchrun leave them), so the native ranks run with --bind-to none; --bind
+pins both instead (torch rank r on CPU r mod ncpus, plait-run's default).
+Torch's all_reduce is in place, so it is compared with the in-place column;
+the others with the out-of-place one.
 """
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +35,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 COLLS = ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"]
+# Plait's own program for each torch call, and whether torch's call is in place
+NATIVE = {"all_reduce": ("all_reduce_perf", True), "all_gather_into_tensor": ("all_gather_perf", False),
+          "reduce_scatter_tensor": ("reduce_scatter_perf", False), "all_to_all_single": ("alltoall_perf", False)}
+BIG = 1 << 20  # above this many bytes a size runs --iters / 10 calls
 
 
 def bus_factor(coll, n):
@@ -69,7 +85,9 @@ def ddp_step_ms(rank, iters):
     return (time.perf_counter() - start) / iters * 1e3
 
 
-def worker(rank, n, backend, init, sizes, iters, warmup, out):
+def worker(rank, n, backend, init, sizes, iters, warmup, out, bind=False):
+    if bind:
+        os.sched_setaffinity(0, {rank % os.cpu_count()})
     if backend == "plait":
         import plait_torch  # noqa: F401
     torch.set_num_threads(1)
@@ -78,7 +96,7 @@ def worker(rank, n, backend, init, sizes, iters, warmup, out):
     for coll in COLLS:
         for nbytes in sizes:
             call, counted = one_call(coll, n, nbytes)
-            reps = iters if nbytes <= (1 << 20) else max(iters // 10, 3)
+            reps = iters if nbytes <= BIG else max(iters // 10, 3)
             for _ in range(warmup):
                 call()
             dist.barrier()
@@ -95,6 +113,28 @@ def worker(rank, n, backend, init, sizes, iters, warmup, out):
     dist.destroy_process_group()
 
 
+def native_rows(bindir, n, sizes, iters, warmup, bind):
+    """{(collective, bytes): seconds per call} from Plait's *_perf programs, same sizes and call counts."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import nccl_table
+    small = [s for s in sizes if s <= BIG]
+    big = [s for s in sizes if s > BIG]
+    times = {}
+    for coll, (prog, in_place) in NATIVE.items():
+        for group, reps in ((small, iters), (big, max(iters // 10, 3))):
+            if not group:
+                continue
+            cmd = [os.path.join(bindir, "plait-run"), "-n", str(n), "--bind-to", "core" if bind else "none",
+                   os.path.join(bindir, prog), "-b", str(group[0]), "-e", str(group[-1]), "-f", "4",
+                   "-n", str(reps), "-w", str(warmup), "-c", "0", "-a", "3", "--host_alloc", "malloc"]
+            text = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            for row in nccl_table.parse(text).rows:
+                m = row.ip if in_place else row.oop
+                if m is not None:
+                    times[(coll, row.size)] = m.time_us * 1e-6
+    return times
+
+
 def parse_bytes(s):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(s[:-1]) * units[s[-1].upper()] if s[-1].upper() in units else int(s)
@@ -109,30 +149,51 @@ def main():
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--native", default=None, metavar="BIN",
+                        help="also run Plait's *_perf programs from BIN under BIN/plait-run in every repeat")
+    parser.add_argument("--bind", action="store_true", help="pin every rank to a CPU (torch and native alike)")
     args = parser.parse_args()
     sizes, s = [], parse_bytes(args.min_bytes)
     while s <= parse_bytes(args.max_bytes):
         sizes.append(s)
         s *= 4
     runs = {"gloo": [], "plait": []}
+    native = []
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.repeats):
-            for backend in ("gloo", "plait"):
-                out = os.path.join(tmp, f"{backend}{rep}")
-                mp.start_processes(worker, args=(args.ranks, backend, f"file://{out}.init", sizes, args.iters,
-                                                 args.warmup, out), nprocs=args.ranks, join=True, start_method="spawn")
-                runs[backend].append(torch.load(out))
+            # The order rotates every repeat, so that no program always runs
+            # right after another (a run after Gloo's read slower here).
+            order = ["gloo", "plait"] + (["native"] if args.native else [])
+            order = order[rep % len(order):] + order[:rep % len(order)]
+            for backend in order:
+                if backend == "native":
+                    native.append(native_rows(args.native, args.ranks, sizes, args.iters, args.warmup, args.bind))
+                else:
+                    out = os.path.join(tmp, f"{backend}{rep}")
+                    mp.start_processes(worker, args=(args.ranks, backend, f"file://{out}.init", sizes, args.iters,
+                                                     args.warmup, out, args.bind),
+                                       nprocs=args.ranks, join=True, start_method="spawn")
+                    runs[backend].append(torch.load(out))
                 print(f"repeat {rep}: {backend} done", file=sys.stderr, flush=True)
     n = args.ranks
+    head = "| collective | bytes | gloo time (us) | plait time (us) | gloo busbw (GB/s) | plait busbw (GB/s) | plait/gloo |"
+    if native:
+        head += " native time (us) | native busbw (GB/s) | torch/native busbw |"
     lines = [f"# torch.distributed: plait vs gloo, {n} ranks, float32, medians of {args.repeats} interleaved repeats",
-             "", f"`{' '.join(sys.argv)}`, torch {torch.__version__}", "",
-             "| collective | bytes | gloo time (us) | plait time (us) | gloo busbw (GB/s) | plait busbw (GB/s) | plait/gloo |",
-             "|---|---|---|---|---|---|---|"]
+             "", f"`{' '.join(sys.argv)}`, torch {torch.__version__}", "", head,
+             "|---" * (head.count("|") - 1) + "|"]
     for i, (coll, counted, _) in enumerate(runs["plait"][0]["rows"]):
         t = {b: statistics.median(r["rows"][i][2] for r in runs[b]) for b in runs}
         bw = {b: counted / t[b] / 1e9 * bus_factor(coll, n) for b in runs}
-        lines.append(f"| {coll} | {counted} | {t['gloo'] * 1e6:.1f} | {t['plait'] * 1e6:.1f} | {bw['gloo']:.3f} | "
-                     f"{bw['plait']:.3f} | {t['gloo'] / t['plait']:.2f} |")
+        line = (f"| {coll} | {counted} | {t['gloo'] * 1e6:.1f} | {t['plait'] * 1e6:.1f} | {bw['gloo']:.3f} | "
+                f"{bw['plait']:.3f} | {t['gloo'] / t['plait']:.2f} |")
+        got = [r[(coll, counted)] for r in native if (coll, counted) in r]
+        if native and got:
+            tn = statistics.median(got)
+            line += f" {tn * 1e6:.1f} | {counted / tn / 1e9 * bus_factor(coll, n):.3f} | {tn / t['plait']:.2f} |"
+        elif native:
+            line += " - | - | - |"
+        lines.append(line)
     ddp = {b: statistics.median(r["ddp_ms"] for r in runs[b]) for b in runs}
     lines += ["", f"DDP step (MLP 1024-1024-1024-10, batch 64, 2.1 M parameters): gloo {ddp['gloo']:.2f} ms, "
               f"plait {ddp['plait']:.2f} ms (medians)"]

@@ -1,0 +1,53 @@
+"""One all_reduce size through torch.distributed on plait, many calls in one process.
+
+    PY=$(scripts/setup_torch.sh | tail -1)
+    $PY perf/torch/one_size.py [--ranks 2] [--bytes 32M] [--calls 100] [--zeros]
+
+Each rank runs --calls synchronous in-place all_reduce calls on one float32
+tensor and prints its time per call: the torch path without the multi-size
+benchmark's allocations between sizes (perf/torch/bench_torch.py). Compare
+with `plait-run -n 2 --bind-to none all_reduce_perf --host_alloc malloc -b S
+-e S -n CALLS -c 0` in the same minute (its in-place column).
+"""
+import argparse
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def worker(rank, n, init, nbytes, calls, zeros):
+    import plait_torch  # noqa: F401
+    torch.set_num_threads(1)
+    dist.init_process_group("plait", init_method=init, rank=rank, world_size=n)
+    t = (torch.zeros if zeros else torch.ones)(nbytes // 4)
+    for _ in range(5):
+        dist.all_reduce(t)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(calls):
+        dist.all_reduce(t)
+    print(f"rank {rank}: {calls} calls of {nbytes} bytes, {(time.perf_counter() - start) / calls * 1e6:.1f} us per call",
+          flush=True)
+    dist.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--bytes", default="32M")
+    parser.add_argument("--calls", type=int, default=100)
+    parser.add_argument("--zeros", action="store_true", help="all_reduce zeros instead of ones")
+    args = parser.parse_args()
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    b = args.bytes
+    nbytes = int(b[:-1]) * units[b[-1].upper()] if b[-1].upper() in units else int(b)
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(worker, args=(args.ranks, f"file://{tmp}/init", nbytes, args.calls, args.zeros),
+                           nprocs=args.ranks, join=True, start_method="spawn")
+
+
+if __name__ == "__main__":
+    main()
