@@ -235,6 +235,10 @@ Result<int> Communicator::agreeOnSettings(int wantChannels, Deadline deadline) {
 }
 
 Status Communicator::connectTransports(Deadline deadline, int nChannels) {
+  PLAIT_RETURN_IF_ERROR(checkP2pSettings());
+  if (const int64_t v = kAlltoAllCma.get(); v < -1 || v > 1)
+    return invalidArgument("PLAIT_ALLTOALL_CMA is " + std::to_string(v) + "; must be -1 (off where the local ranks "
+                           "share cores), 0 or 1");
   // Rings from the topology layer: ranks of a host contiguous (each host
   // boundary crossed once per direction), NUMA domains contiguous inside a
   // host, channels rotated so different ranks carry the inter-host traffic.

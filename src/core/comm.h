@@ -43,6 +43,9 @@ int64_t operationTimeoutMs();
 // PLAIT_P2P_LINE_MAX_BYTES, at most kLineMaxMessageBytes: the largest block of
 // an AlltoAll, Gather or Scatter sent through the line FIFOs.
 size_t lineP2pMaxBytes();
+// PLAIT_P2P_SCATTER_CMA_MIN_BYTES and _MAX_BYTES: an error naming the one
+// that is negative.
+Status checkP2pSettings();
 
 // A rank of this host in some communicator, and its process.
 struct PeerProcess {

@@ -459,6 +459,14 @@ Status P2pBatch::run(const WaitContext& base) {
 
 }  // namespace
 
+Status checkP2pSettings() {
+  for (const auto* p : {&kScatterCmaMinBytes, &kScatterCmaMaxBytes})
+    if (p->get() < 0)
+      return invalidArgument("PLAIT_" + std::string(p->name()) + " is " + std::to_string(p->get()) +
+                             "; must be at least 0");
+  return Status::ok();
+}
+
 size_t lineP2pMaxBytes() {
   return static_cast<size_t>(std::clamp<int64_t>(kLineP2pMaxBytes.get(), 0, kLineMaxMessageBytes));
 }

@@ -121,11 +121,12 @@ TEST_CASE("Aborting a non-blocking initialisation that waits for a missing rank"
 
 // Run with PLAIT_DIRECT_CHUNK_BYTES=-1 (see CMakeLists.txt): the value used
 // to throw std::length_error through ncclCommInitRank (std::terminate); or
-// with another of the direct path's sizes at -1, which names that one.
+// with another of the path settings out of range, which names that one.
 TEST_CASE("A negative PLAIT_DIRECT_CHUNK_BYTES is an error naming it", "[badchunk]") {
   std::string setting = "PLAIT_DIRECT_CHUNK_BYTES";
-  for (const char* other : {"PLAIT_DIRECT_CMA_MIN_BYTES", "PLAIT_DIRECT_CMA_MAX_BYTES"})
-    if (const char* v = std::getenv(other); v != nullptr && std::string(v) == "-1") setting = other;
+  for (const char* other : {"PLAIT_DIRECT_CMA_MIN_BYTES", "PLAIT_DIRECT_CMA_MAX_BYTES",
+                            "PLAIT_P2P_SCATTER_CMA_MIN_BYTES", "PLAIT_ALLTOALL_CMA"})
+    if (std::getenv(other) != nullptr) setting = other;
   INFO(setting);
   ncclUniqueId id;
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
