@@ -12,7 +12,7 @@ nccl-tests), then a DDP training step of a small MLP. Prints nccl-tests'
 algbw/busbw per size and backend, the medians over the repeats, and the
 plait/gloo ratio; writes the same table to --out/<ranks>ranks.md.
 
---native BIN adds, in every repeat right after the torch runs, Plait's own
+--native BIN adds, in every repeat among the torch runs, Plait's own
 *_perf programs (BIN/all_reduce_perf, ...) under BIN/plait-run with the same
 sizes and call counts, on heap buffers as torch's (--host_alloc malloc) and
 timed as here (-a 3: the slowest rank): the cost of the torch path over the C
@@ -33,6 +33,9 @@ import time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import nccl_table  # noqa: E402  (perf/nccl_table.py)
 
 COLLS = ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"]
 # Plait's own program for each torch call, and whether torch's call is in place
@@ -115,8 +118,6 @@ def worker(rank, n, backend, init, sizes, iters, warmup, out, bind=False):
 
 def native_rows(bindir, n, sizes, iters, warmup, bind):
     """{(collective, bytes): seconds per call} from Plait's *_perf programs, same sizes and call counts."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    import nccl_table
     small = [s for s in sizes if s <= BIG]
     big = [s for s in sizes if s > BIG]
     times = {}
@@ -162,7 +163,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.repeats):
             # The order rotates every repeat, so that no program always runs
-            # right after another (a run after Gloo's read slower here).
+            # right after the same other one.
             order = ["gloo", "plait"] + (["native"] if args.native else [])
             order = order[rep % len(order):] + order[:rep % len(order)]
             for backend in order:

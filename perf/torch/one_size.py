@@ -17,6 +17,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from bench_torch import parse_bytes
+
 
 def worker(rank, n, init, nbytes, calls, zeros):
     import plait_torch  # noqa: F401
@@ -41,9 +43,7 @@ def main():
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--zeros", action="store_true", help="all_reduce zeros instead of ones")
     args = parser.parse_args()
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    b = args.bytes
-    nbytes = int(b[:-1]) * units[b[-1].upper()] if b[-1].upper() in units else int(b)
+    nbytes = parse_bytes(args.bytes)
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(worker, args=(args.ranks, f"file://{tmp}/init", nbytes, args.calls, args.zeros),
                            nprocs=args.ranks, join=True, start_method="spawn")

@@ -571,11 +571,11 @@ Status Communicator::runP2p(const std::vector<Task>& tasks) {
           for (int p = 0; p < nranks_; ++p) recv(p, out + p * bytes);
         break;
       case CollType::kScatter:
-        if (rank_ == t.root)
-          for (int p = 0; p < nranks_; ++p) {
-            const auto block = static_cast<int64_t>(bytes);
-            send(p, in + p * bytes, block >= scatterCmaMin && block <= scatterCmaMax);
-          }
+        if (rank_ == t.root) {
+          const auto block = static_cast<int64_t>(bytes);
+          const bool single = block >= scatterCmaMin && block <= scatterCmaMax;
+          for (int p = 0; p < nranks_; ++p) send(p, in + p * bytes, single);
+        }
         recv(t.root, out);
         break;
       default:
