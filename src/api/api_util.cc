@@ -84,7 +84,7 @@ Status checkBuffer(const void* ptr, size_t count, const char* name) {
   return Status::ok();
 }
 
-Status placeTask(ncclComm_t comm, const std::vector<UsedBuffer>& used, cudaStream_t stream, Task* task) {
+Status placeTask(ncclComm_t comm, std::span<const UsedBuffer> used, cudaStream_t stream, Task* task) {
   HostStream* hostStream = stream != nullptr ? HostStream::fromHandle(stream) : nullptr;
   const UsedBuffer* onDevice = nullptr;
   const UsedBuffer* onHost = nullptr;

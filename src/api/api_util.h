@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -129,7 +130,7 @@ struct UsedBuffer {
 // task->cudaStream. Mixed host/device buffers, device buffers of another
 // device than the communicator's, host buffers on a CUDA stream and device
 // buffers on a host stream are invalid arguments naming the buffer.
-Status placeTask(ncclComm_t comm, const std::vector<UsedBuffer>& used, cudaStream_t stream, Task* task);
+Status placeTask(ncclComm_t comm, std::span<const UsedBuffer> used, cudaStream_t stream, Task* task);
 // Resolves a built-in or user op for `type` into task->op.
 Status resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t type, Task* task);
 // Applies a caller's per-call configuration (the nccl*Config entry points;

@@ -1,6 +1,7 @@
 // coll_api.cc — collectives, point-to-point and groups: validate every
 // argument, build a Task, and run it now, at group end, or on a host stream.
 #include <algorithm>
+#include <span>
 
 #include "algorithms/types.h"
 #include "api/api_util.h"
@@ -92,9 +93,11 @@ ncclResult_t collective(ncclComm_t comm, const CollCall& c, size_t sendMult, siz
                                " ranks overflows the addressable size");
   if (s.isOk()) {
     const bool isRoot = !c.rooted || comm->rank == c.root;
-    std::vector<UsedBuffer> used;
-    if (sendMult && (isRoot || !sendAtRootOnly)) used.push_back({c.sendbuff, c.count * sendMult, "sendbuff"});
-    if (recvMult && (isRoot || !recvAtRootOnly)) used.push_back({c.recvbuff, c.count * recvMult, "recvbuff"});
+    UsedBuffer buffers[2];  // on the stack: no allocation on the small-message path
+    size_t n = 0;
+    if (sendMult && (isRoot || !sendAtRootOnly)) buffers[n++] = {c.sendbuff, c.count * sendMult, "sendbuff"};
+    if (recvMult && (isRoot || !recvAtRootOnly)) buffers[n++] = {c.recvbuff, c.count * recvMult, "recvbuff"};
+    const std::span<const UsedBuffer> used(buffers, n);
     for (const UsedBuffer& b : used)
       if (s.isOk()) s = checkBuffer(b.ptr, b.count, b.name);
     if (s.isOk()) s = placeTask(comm, used, stream, &task);

@@ -128,10 +128,33 @@ const char* errorString(int error) {
   return p.errorString(error);
 }
 
+namespace {
+
+// True when the runtime sees no device (none installed, no driver, or
+// CUDA_VISIBLE_DEVICES hides them all): then no pointer is device memory,
+// and deviceOf need not ask the runtime about every buffer of every call
+// (a call into it and cudaGetLastError after it fails: a tenth of a small
+// host collective's time). Asked once; a process's devices do not change.
+bool noDevices(const Probe& p) {
+  static const bool none = [&p] {
+    if (p.deviceCount == nullptr) return false;  // the driver's query alone: ask it per pointer
+    int n = 0;
+    if (p.deviceCount(&n) != 0) {
+      if (p.clearError != nullptr) p.clearError();
+      return true;
+    }
+    return n == 0;
+  }();
+  return none;
+}
+
+}  // namespace
+
 int deviceOf(const void* ptr) {
   const Probe& p = probe();
   if (ptr == nullptr) return -1;
   if (p.runtime != nullptr) {
+    if (noDevices(p)) return -1;
     RuntimePointerAttributes a{};
     if (p.runtime(&a, ptr) != 0) {
       if (p.clearError != nullptr) p.clearError();  // old runtimes fail for plain host memory

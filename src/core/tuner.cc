@@ -156,6 +156,19 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
   const bool oneShotFits = in_.fullMesh && bytes <= std::max(in_.meshStepBytes, in_.lineMaxBytes) &&
                            task.coll == CollType::kAllReduce;
   const double tOne = oneShotFits ? oneShotUs(bytes) : 1e30;
+  auto oneShot = [&] {
+    plan.algo = Algorithm::kOneShot;
+    plan.predictedUs = tOne;
+    plan.sliceBytes = bytes;
+    plan.chunkBytes = bytes;
+    return plan;
+  };
+  // The latency path: with no selection in force, a one-shot that beats even
+  // the ring's fixed costs wins without the ring's plan being worked out
+  // (a third of the tuner's time per small call).
+  const bool unrestricted = task.algos == 0 && envAlgos_[static_cast<size_t>(task.coll)] == 0;
+  if (oneShotFits && unrestricted && tOne <= in_.costs.callUs + ringSteps(task.coll, in_.nranks) * in_.costs.hopUs)
+    return oneShot();
   const Plan ring = ringPlan(task, bytes);
   bool ringOk = true, oneOk = oneShotFits;
   if (task.algos != 0) {  // the call's own selection
@@ -178,13 +191,7 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
       oneOk = oneEnv;
     }
   }
-  plan.algo = oneOk && (!ringOk || tOne <= ring.predictedUs) ? Algorithm::kOneShot : Algorithm::kRing;
-  if (plan.algo == Algorithm::kOneShot) {
-    plan.predictedUs = tOne;
-    plan.sliceBytes = bytes;
-    plan.chunkBytes = bytes;
-    return plan;
-  }
+  if (oneOk && (!ringOk || tOne <= ring.predictedUs)) return oneShot();
   return ring;
 }
 
