@@ -13,7 +13,7 @@ BIN=$1 ROUNDS=$2 CONFIGS=$3 TOOLS=$4 SWEEP=$5 NAME=$6
 OUT=$(mktemp -d /tmp/plait-interleave.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 for ((r = 1; r <= ROUNDS; r++)); do
-  for n in 2 4; do
+  for n in ${INTERLEAVE_RANKS:-2 4}; do
     for tool in $TOOLS; do
       order=$CONFIGS
       ((r % 2 == 0)) && order=$(tr ' ' '\n' <<< "$CONFIGS" | tac | tr '\n' ' ')

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# perf/host/latency.sh BIN [ROUNDS] [OTHER_BIN] — small-message AllReduce
-# latency at 2 ranks: Plait's all_reduce_perf under plait-run (a core per
-# rank) against Open MPI's MPI_Allreduce (perf/mpi, under mpirun with its
-# default core binding), and another Plait build's programs when OTHER_BIN
-# is given (an A/B across commits), ROUNDS interleaved rounds (default 6),
-# 3000 calls per size after 200 warm-up calls. Prints each configuration's
-# median time per call (us, out of place) for 8 B to 4 KiB.
+# perf/host/latency.sh BIN [ROUNDS] [OTHER_BIN] [COLL] — small-message
+# latency at 2 ranks: Plait's COLL_perf (default all_reduce) under plait-run
+# (a core per rank) against Open MPI's (perf/mpi's mpi_coll_perf, under
+# mpirun with its default core binding), and another Plait build's program
+# when OTHER_BIN is given (an A/B across commits; "-" for none), ROUNDS
+# interleaved rounds (default 6), 3000 calls per size after 200 warm-up
+# calls. Prints each configuration's median time per call (us, out of place;
+# in place where a program has only that) for 8 B to 4 KiB.
 set -euo pipefail
-BIN=$1 ROUNDS=${2:-6} OTHER=${3:-}
+BIN=$1 ROUNDS=${2:-6} OTHER=${3:-} COLL=${4:-all_reduce}
+[ "$OTHER" = - ] && OTHER=
+MPI_NAME=${COLL//_/}
+[ "$COLL" = reduce_scatter ] && MPI_NAME=reduce_scatter
 SWEEP=(-b 8 -e 4K -f 8 -n 3000 -w 200)
 OUT=$(mktemp -d /tmp/plait-latency.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
-plait() { "$1/plait-run" -n 2 -- "$1/all_reduce_perf" "${SWEEP[@]}" -c 0; }
+plait() { "$1/plait-run" -n 2 -- "$1/${COLL}_perf" "${SWEEP[@]}" -c 0; }
 mpi() {
-  mpirun --oversubscribe --allow-run-as-root --bind-to core -np 2 "$BIN/mpi_coll_perf" -c allreduce "${SWEEP[@]}" \
+  mpirun --oversubscribe --allow-run-as-root --bind-to core -np 2 "$BIN/mpi_coll_perf" -c "$MPI_NAME" "${SWEEP[@]}" \
     -k 0 2> /dev/null
 }
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -29,8 +33,10 @@ times = {c: {} for c in cols}
 for c in cols:
     for line in open(os.path.join(out, c)):
         f = line.split()
-        if len(f) >= 6 and f[0].isdigit():
-            times[c].setdefault(int(f[0]), []).append(float(f[5]))
+        if len(f) >= 10 and f[0].isdigit():
+            # MPI_Bcast has no out-of-place form: its in-place column then
+            t = f[5] if f[5] != "N/A" else f[9]
+            times[c].setdefault(int(f[0]), []).append(float(t))
 print("| size | " + " | ".join(cols) + " | plait/mpi |")
 print("|---:|" + "---:|" * (len(cols) + 1))
 for size in sorted(times["plait"]):

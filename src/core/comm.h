@@ -239,7 +239,6 @@ class Communicator {
   Status agreeOnSuspend(const char* call, const Status& mine, int flags, Deadline deadline);
   Status execute(const Task& task);
   template <class Body> Status guarded(const char* what, Body body);
-  Status runAllReduce(const Task& task, const Plan& plan, size_t bytes);
   Status runRingCollective(const Task& task, const Plan& plan);
   Status runRingCollectiveChannel(const Task& task, const Plan& plan, int channel);
   HostPrimitives makePrimitives(const Task& task, const Plan& plan, int channel) const;
@@ -247,8 +246,12 @@ class Communicator {
   Status runLocalCopy(const Task& task);
   Status runP2p(const std::vector<Task>& tasks);
   Status runLineP2p(const Task& task);
+  // The one-shot collectives (core/one_shot.cc).
   Status runOneShot(const Task& task, size_t bytes);
+  Status runOneShotAllReduce(const Task& task, size_t bytes);
   Status runOneShotLines(const Task& task, size_t bytes, ReduceCopyFn fn, bool preOp);
+  Status runOneShotCopy(const Task& task);
+  Status runOneShotReduce(const Task& task);
   // The reproducible mode (core/reproducible.cc, PLAIT_REPRODUCIBLE).
   // out = inputs[0] op inputs[1] op ... op inputs[n-1], left to right (or,
   // in the exact mode, their exact sum rounded once): the same on every rank

@@ -251,7 +251,7 @@ Status Communicator::execute(const Task& task) {
   if (plan.refused) return unrunnableSelection(task, bytes);
   logPlanOnce(task, bytes, plan);
   tagged(task, bytes, algorithmName(plan.algo));
-  if (task.coll == CollType::kAllReduce) return runAllReduce(task, plan, bytes);
+  if (plan.algo == Algorithm::kOneShot) return runOneShot(task, bytes);  // core/one_shot.cc
   return runRingCollective(task, plan);
 }
 
@@ -259,7 +259,8 @@ Status Communicator::execute(const Task& task) {
 Status Communicator::unrunnableSelection(const Task& task, size_t bytes) const {
   return invalidUsage(std::string("algSelection allows ") + collName(task.coll) + " only " + algoNames(task.algos) +
                       ", and none of them can run this call of " + std::to_string(bytes) +
-                      " bytes here (oneshot: AllReduce up to the mesh's message size with every peer on it; direct: "
+                      " bytes here (oneshot: AllReduce up to the mesh's message size, AllGather and ReduceScatter blocks and "
+                      "Broadcast and Reduce buffers up to 3 KiB, with every peer on the mesh; direct: "
                       "buffers registered with ncclCommRegister; symmetric: device buffers in symmetric windows); "
                       "set forceAlgSelection=0 to let the tuner choose instead");
 }
@@ -270,97 +271,6 @@ void Communicator::tagged(const Task& task, size_t bytes, const char* algo) cons
   if (task.profilerTag == 0) return;
   PLAIT_INFO(kColl, "%s %zu bytes, profiler tag 0x%llx: %s", collName(task.coll), bytes,
              static_cast<unsigned long long>(task.profilerTag), algo);
-}
-
-Status Communicator::runAllReduce(const Task& task, const Plan& plan, size_t bytes) {
-  if (plan.algo == Algorithm::kOneShot) return runOneShot(task, bytes);
-  return runRingCollective(task, plan);
-}
-
-// Every rank pushes its input to every peer, then all reduce the n inputs in
-// rank order, so results are bit-identical across ranks. One FIFO hand-off
-// per peer: the latency path for small messages.
-Status Communicator::runOneShot(const Task& task, size_t bytes) {
-  const ReduceCopyFn fn = reduceCopyFn(task.type, task.op.kind);
-  const bool preOp = task.op.kind == RedOpKind::kPreMulSum;
-  if (bytes <= kLineMaxMessageBytes) return runOneShotLines(task, bytes, fn, preOp);
-  for (int peer = 0; peer < nranks_; ++peer) {
-    if (peer == rank_) continue;
-    FifoSender* s = shm_->meshSend(peer);
-    auto slot = s->acquire();
-    if (!slot.isOk()) return slot.takeStatus();
-    // Our input enters every peer's reduction already scaled by our own
-    // PreMulSum scalar (ranks may hold different scalars).
-    ReduceCopyArgs copy;
-    copy.srcs[0] = task.sendbuff;
-    copy.dsts[0] = *slot;
-    copy.count = task.count;
-    copy.preOpSrc0 = preOp;
-    fn(task.op, copy);
-    s->post(bytes);
-  }
-  const void* mine = task.sendbuff;
-  if (preOp) {  // our input scaled and rounded, as the peers got it
-    ReduceCopyArgs copy;
-    copy.srcs[0] = task.sendbuff;
-    copy.dsts[0] = scratch_.data();
-    copy.count = task.count;
-    copy.preOpSrc0 = true;
-    fn(task.op, copy);
-    mine = scratch_.data();
-  } else if (task.sendbuff == task.recvbuff && rank_ >= 2) {  // our input is read after the output is first written
-    std::memcpy(scratch_.data(), task.sendbuff, bytes);
-    mine = scratch_.data();
-  }
-  std::vector<const void*>& inputs = oneShotInputs_;
-  for (int peer = 0; peer < nranks_; ++peer) {
-    if (peer == rank_) {
-      inputs[peer] = mine;
-      continue;
-    }
-    size_t got = 0;
-    auto slot = shm_->meshRecv(peer)->acquire(&got);
-    if (!slot.isOk()) return slot.takeStatus();
-    if (got != bytes)
-      return internalError("rank " + std::to_string(peer) + " sent " + std::to_string(got) + " bytes, expected " +
-                           std::to_string(bytes) + " (ranks disagree on the operation?)");
-    inputs[peer] = *slot;
-  }
-  foldInRankOrder(task, inputs.data(), task.recvbuff, task.count);
-  for (int peer = 0; peer < nranks_; ++peer)
-    if (peer != rank_) shm_->meshRecv(peer)->release();
-  return Status::ok();
-}
-
-// The one-shot algorithm for small messages over line FIFOs: each peer's
-// input arrives line by line with the flag in the same line, so the first
-// byte costs one cache-line hand-off and the rest stream behind it.
-Status Communicator::runOneShotLines(const Task& task, size_t bytes, ReduceCopyFn fn, bool preOp) {
-  const void* mine = task.sendbuff;
-  unsigned char* stage = oneShotStage_.data();  // nranks slots of kLineMaxMessageBytes
-  if (preOp) {
-    ReduceCopyArgs copy;
-    copy.srcs[0] = task.sendbuff;
-    copy.dsts[0] = stage + static_cast<size_t>(rank_) * kLineMaxMessageBytes;
-    copy.count = task.count;
-    copy.preOpSrc0 = true;
-    fn(task.op, copy);
-    mine = copy.dsts[0];
-  }
-  for (int peer = 0; peer < nranks_; ++peer)
-    if (peer != rank_) PLAIT_RETURN_IF_ERROR(shm_->lineSend(peer)->send(mine, bytes));
-  std::vector<const void*>& inputs = oneShotInputs_;
-  for (int peer = 0; peer < nranks_; ++peer) {
-    unsigned char* slot = stage + static_cast<size_t>(peer) * kLineMaxMessageBytes;
-    if (peer == rank_) {
-      if (!preOp) std::memcpy(slot, task.sendbuff, bytes);  // the output may alias the input (scaled: staged above)
-    } else {
-      PLAIT_RETURN_IF_ERROR(shm_->lineRecv(peer)->recv(slot, bytes));
-    }
-    inputs[peer] = slot;
-  }
-  foldInRankOrder(task, inputs.data(), task.recvbuff, task.count);
-  return Status::ok();
 }
 
 }  // namespace plait

@@ -102,15 +102,13 @@ void Communicator::foldInRankOrder(const Task& task, const void* const* inputs, 
   plait::foldInRankOrder(task.op, task.type, reproducible_ == kReproducibleExact, inputs, nranks_, out, count);
 }
 
-// The one-shot AllReduce folds in rank order already; everything else runs
-// the ordered exchange.
+// The one-shot reductions (AllReduce, Reduce, ReduceScatter) fold in rank
+// order already; everything else runs the ordered exchange.
 Status Communicator::runReproducible(const Task& task, size_t bytes) {
-  if (task.coll == CollType::kAllReduce) {
-    const Plan plan = tuner_->plan(task, bytes);
-    if (!plan.refused && plan.algo == Algorithm::kOneShot) {
-      tagged(task, bytes, "oneshot (reproducible)");
-      return runOneShot(task, bytes);
-    }
+  const Plan plan = tuner_->plan(task, bytes);
+  if (!plan.refused && plan.algo == Algorithm::kOneShot) {
+    tagged(task, bytes, "oneshot (reproducible)");
+    return runOneShot(task, bytes);
   }
   tagged(task, bytes, "ordered exchange (reproducible)");
   return runOrderedExchange(task);

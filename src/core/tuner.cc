@@ -153,9 +153,21 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
     plan.predictedUs = in_.costs.callUs + static_cast<double>(bytes) / in_.costs.oneShotBytesPerUs;
     return plan;
   }
-  const bool oneShotFits = in_.fullMesh && bytes <= std::max(in_.meshStepBytes, in_.lineMaxBytes) &&
-                           task.coll == CollType::kAllReduce;
-  const double tOne = oneShotFits ? oneShotUs(bytes) : 1e30;
+  // The one-shot's reach (core/one_shot.cc): AllReduce up to the mesh's
+  // message size; AllGather and ReduceScatter blocks, Broadcast and Reduce
+  // buffers up to a line-FIFO message from 3 ranks, where the ring takes
+  // n-1 hops to its one; at 2 ranks, where both take one, up to 512 bytes:
+  // beyond, a FIFO step's single copy beats the lines' per-line work
+  // (perf/results/host/one_shot.md). Its cost is per byte a rank sends to
+  // each peer: the block for AllGather and ReduceScatter.
+  const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
+  const size_t message = blocked ? bytes / static_cast<size_t>(in_.nranks) : bytes;
+  bool oneShotFits = false;
+  if (task.coll == CollType::kAllReduce) oneShotFits = bytes <= std::max(in_.meshStepBytes, in_.lineMaxBytes);
+  else if (blocked || task.coll == CollType::kBroadcast || task.coll == CollType::kReduce)
+    oneShotFits = message <= (in_.nranks > 2 ? in_.lineMaxBytes : std::min<size_t>(in_.lineMaxBytes, 512));
+  oneShotFits = oneShotFits && in_.fullMesh;
+  const double tOne = oneShotFits ? oneShotUs(message) : 1e30;
   auto oneShot = [&] {
     plan.algo = Algorithm::kOneShot;
     plan.predictedUs = tOne;

@@ -139,7 +139,7 @@ TEST_CASE("nccl*Config: a forced selection the call cannot honour is ncclInvalid
     c.forceAlgSelection = 0;
     for (const Outcome& o : allReduceWith(c)) CHECK(o.result == ncclSuccess);
   }
-  SECTION("oneshot for AllGather: only AllReduce has it") {
+  SECTION("oneshot for AllGather: blocks beyond a line message (3 KiB) cannot have it") {
     c.algSelection = "oneshot";
     for (const Outcome& o : allReduceWith(c, kCount, ncclAllGatherConfig)) {
       CHECK(o.result == ncclInvalidUsage);
@@ -148,6 +148,8 @@ TEST_CASE("nccl*Config: a forced selection the call cannot honour is ncclInvalid
     }
     c.forceAlgSelection = 0;
     for (const Outcome& o : allReduceWith(c, kCount, ncclAllGatherConfig)) CHECK(o.result == ncclSuccess);
+    c.forceAlgSelection = 1;
+    for (const Outcome& o : allReduceWith(c, 700, ncclAllGatherConfig)) CHECK(o.result == ncclSuccess);
   }
   SECTION("per collective: a selection for other collectives leaves this one free") {
     c.algSelection = "allgather:^ring;broadcast:tree";

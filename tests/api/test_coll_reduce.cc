@@ -175,6 +175,23 @@ TEST_CASE("Reductions on buffers off 64-byte alignment", "[unaligned]") {
   }
 }
 
+// Reduce buffers and ReduceScatter blocks up to 3072 bytes, the most a line
+// message holds (512 at 2 ranks), may run one-shot (core/one_shot.cc),
+// larger ones on the ring: both sides of the limits, in and out of place.
+TEST_CASE("Reductions on both sides of the line-FIFO limit", "[lines]") {
+  for (bool rooted : {true, false}) {
+    SweepSpec s = reductionSpec(rooted ? "ncclReduce" : "ncclReduceScatter", rooted);
+    s.types = {ncclInt8};
+    s.ops = {ncclSum, ncclMin};
+    s.counts = {511, 512, 513, 3071, 3072, 3073};
+    runSweep(s, rooted ? CheckFn(checkReduce) : CheckFn(checkReduceScatter), kSmallRanks);
+    s.types = {ncclFloat32};
+    s.ops = {ncclSum, ncclAvg};
+    s.counts = {767, 768, 769};
+    runSweep(s, rooted ? CheckFn(checkReduce) : CheckFn(checkReduceScatter), kSmallRanks);
+  }
+}
+
 TEST_CASE("PreMulSum with Reduce and ReduceScatter: each rank scales its input by its own scalar", "[premulsum]") {
   for (int nranks : {1, 2, 3, 5}) {
     INFO("nranks " << nranks);

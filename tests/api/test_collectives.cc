@@ -201,11 +201,14 @@ TEST_CASE("Data-movement collectives on buffers off 64-byte alignment", "[unalig
 // (1024 by default) through the line FIFOs and larger ones through the
 // point-to-point FIFOs: blocks on both sides of 1024 bytes and of 3072, the
 // most a line message holds (CMakeLists.txt runs this again with the limit
-// at 3072), in and out of place, int8 and float.
-TEST_CASE("AlltoAll, Gather and Scatter on both sides of the line-FIFO limit", "[lines]") {
-  for (SweepSpec s : {spec("ncclAlltoAll", false, {0}), spec("ncclGather", true), spec("ncclScatter", true)}) {
+// at 3072), in and out of place, int8 and float. AllGather blocks and
+// Broadcast buffers up to 3072 bytes (512 at 2 ranks) may run one-shot
+// through the line FIFOs (core/one_shot.cc), larger ones on the ring.
+TEST_CASE("Data movement on both sides of the line-FIFO limits", "[lines]") {
+  for (SweepSpec s : {spec("ncclAlltoAll", false, {0}), spec("ncclGather", true), spec("ncclScatter", true),
+                      spec("ncclAllGather", false), spec("ncclBroadcast", true, {0, 1})}) {
     s.types = {ncclInt8};
-    s.counts = {1023, 1024, 1025, 3071, 3072, 3073};
+    s.counts = {511, 512, 513, 1023, 1024, 1025, 3071, 3072, 3073};
     runSweep(s, checkFor(s.coll), kSmallRanks);
     s.types = {ncclFloat32};
     s.counts = {255, 256, 257, 767, 768, 769};

@@ -191,7 +191,7 @@ Plan planWith(const HostCosts& costs, size_t bytes, CollType coll = CollType::kA
   ti.nChannels = 1;
   ti.ringStepBytes = 128 << 10;
   ti.meshStepBytes = 32 << 10;
-  ti.lineMaxBytes = 32 << 10;
+  ti.lineMaxBytes = 3 << 10;  // kLineMaxMessageBytes
   ti.fullMesh = true;
   ti.costs = costs;
   Task task;
@@ -267,6 +267,25 @@ TEST_CASE("the chains (Broadcast, Reduce) slice their whole buffer, the others o
   CHECK(planWith(kHostCosts, 64 * KiB, CollType::kAllGather).sliceBytes == 32 * KiB);
   CHECK(planWith(kHostCosts, 256 * KiB, CollType::kAllReduce).sliceBytes == 128 * KiB);
   CHECK(planWith(kHostCosts, 128 * KiB, CollType::kAllReduce, 4, 0.5).sliceBytes == 32 * KiB);
+}
+
+TEST_CASE("small AllGathers, ReduceScatters, Broadcasts and Reduces run one-shot: up to a line message from 3 ranks, "
+          "512 bytes at 2", "[tuner]") {
+  for (int nranks : {2, 4}) {
+    const size_t most = nranks == 2 ? 512 : 3072;
+    for (CollType coll : {CollType::kAllGather, CollType::kReduceScatter}) {  // the block is the message
+      CHECK(planWith(kHostCosts, 64 * nranks, coll, nranks).algo == Algorithm::kOneShot);
+      CHECK(planWith(kHostCosts, most * nranks, coll, nranks).algo == Algorithm::kOneShot);
+      CHECK(planWith(kHostCosts, (most + 1) * nranks, coll, nranks).algo == Algorithm::kRing);
+    }
+    for (CollType coll : {CollType::kBroadcast, CollType::kReduce}) {  // the whole buffer is
+      CHECK(planWith(kHostCosts, 64, coll, nranks).algo == Algorithm::kOneShot);
+      CHECK(planWith(kHostCosts, most, coll, nranks).algo == Algorithm::kOneShot);
+      CHECK(planWith(kHostCosts, most + 1, coll, nranks).algo == Algorithm::kRing);
+    }
+  }
+  test::ScopedEnv algo("PLAIT_ALGO", "ring");
+  CHECK(planWith(kHostCosts, 64, CollType::kBroadcast).algo == Algorithm::kRing);
 }
 
 TEST_CASE("PLAIT_ALGO takes NCCL_ALGO's syntax, per collective too", "[tuner]") {
