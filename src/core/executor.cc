@@ -1,6 +1,8 @@
 // executor.cc — runs a planned operation on the host: channel 0 on the
 // calling thread, other channels on the communicator's workers, each channel
 // executing the same schedule code a GPU kernel would (algorithms/ring_*.h).
+#include <time.h>
+
 #include <bit>
 #include <cstring>
 
@@ -60,12 +62,23 @@ Status Communicator::guarded(const char* what, Body body) {
   return s;
 }
 
+namespace {
+// The last tick of the clock nowNs() reads (CLOCK_MONOTONIC), so never ahead
+// of it: for the once-a-call stamps read in milliseconds (how long a rank has
+// been at a collective), at a fraction of a precise read's cost in a VM.
+uint64_t coarseNowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+}  // namespace
+
 void Communicator::announce(const Task& task) {
   if (task.coll == CollType::kSend || task.coll == CollType::kRecv) return;
   ++collSeq_;
   if (board_) board_->publish(collSeq_, task);
   OpBoard::write(announced_, collSeq_, task);
-  announcedNs_.store(nowNs(), std::memory_order_relaxed);
+  announcedNs_.store(coarseNowNs(), std::memory_order_relaxed);
 }
 
 // The collectives of a group's point-to-point batch (AlltoAll, Gather,
@@ -82,7 +95,7 @@ void Communicator::announceBatch(const std::vector<Task>& tasks) {
   if (!any) return;
   if (board_) board_->publishBatch(collSeq_);
   OpBoard::writeBatch(announced_, collSeq_);
-  announcedNs_.store(nowNs(), std::memory_order_relaxed);
+  announcedNs_.store(coarseNowNs(), std::memory_order_relaxed);
 }
 
 Status Communicator::checkAgreement() const {
