@@ -473,8 +473,12 @@ Result<Communicator::SplitResult> Communicator::split(int color, int key) {
   return out;
 }
 
+// The bytes the tuner sees, as execute() passes them: the whole gathered or
+// scattered buffer for AllGather and ReduceScatter.
 double Communicator::estimateUs(const Task& task) const {
-  return tuner_->estimateUs(task, task.count * typeSize(task.type));
+  const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
+  const size_t bytes = task.count * typeSize(task.type) * (blocked ? static_cast<size_t>(nranks_) : 1);
+  return tuner_->estimateUs(task, bytes);
 }
 
 }  // namespace plait

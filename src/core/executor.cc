@@ -178,7 +178,8 @@ std::string Communicator::statusLine() const {
   const bool busy = inCall_.load(std::memory_order_relaxed);
   if (since == 0) line += busy ? "in its first call (not a collective)" : "before its first collective";
   else if (busy)
-    line += "in " + OpBoard::positionText(announced_) + " for " + std::to_string((now - since) / 1'000'000) + " ms";
+    line += "in " + OpBoard::positionText(announced_) + " for " +
+            std::to_string((now > since ? now - since : 0) / 1'000'000) + " ms";
   else line += "idle after " + OpBoard::positionText(announced_);
   if (board_) {
     auto who = [this](int r) { return " (pid " + std::to_string(bootstrap_->peer(r).pid) + ")"; };
@@ -272,8 +273,8 @@ Status Communicator::execute(const Task& task) {
 Status Communicator::unrunnableSelection(const Task& task, size_t bytes) const {
   return invalidUsage(std::string("algSelection allows ") + collName(task.coll) + " only " + algoNames(task.algos) +
                       ", and none of them can run this call of " + std::to_string(bytes) +
-                      " bytes here (oneshot: AllReduce up to the mesh's message size, AllGather and ReduceScatter blocks and "
-                      "Broadcast and Reduce buffers up to 3 KiB, with every peer on the mesh; direct: "
+                      " bytes here (oneshot: AllReduce up to the mesh's message size, AllGather and ReduceScatter blocks "
+                      "and Broadcast and Reduce buffers up to 3 KiB, with every peer on the mesh; direct: "
                       "buffers registered with ncclCommRegister; symmetric: device buffers in symmetric windows); "
                       "set forceAlgSelection=0 to let the tuner choose instead");
 }

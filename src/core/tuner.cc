@@ -155,18 +155,20 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
   }
   // The one-shot's reach (core/one_shot.cc): AllReduce up to the mesh's
   // message size; AllGather and ReduceScatter blocks, Broadcast and Reduce
-  // buffers up to a line-FIFO message from 3 ranks, where the ring takes
-  // n-1 hops to its one; at 2 ranks, where both take one, up to 512 bytes:
-  // beyond, a FIFO step's single copy beats the lines' per-line work
-  // (perf/results/host/one_shot.md). Its cost is per byte a rank sends to
+  // buffers up to a line-FIFO message. Its cost is per byte a rank sends to
   // each peer: the block for AllGather and ReduceScatter.
   const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
   const size_t message = blocked ? bytes / static_cast<size_t>(in_.nranks) : bytes;
   bool oneShotFits = false;
   if (task.coll == CollType::kAllReduce) oneShotFits = bytes <= std::max(in_.meshStepBytes, in_.lineMaxBytes);
   else if (blocked || task.coll == CollType::kBroadcast || task.coll == CollType::kReduce)
-    oneShotFits = message <= (in_.nranks > 2 ? in_.lineMaxBytes : std::min<size_t>(in_.lineMaxBytes, 512));
+    oneShotFits = message <= in_.lineMaxBytes;
   oneShotFits = oneShotFits && in_.fullMesh;
+  // The tuner's own choice for those four: the one-shot from 3 ranks, where
+  // the ring takes n-1 hops to its one; at 2 ranks, where both take one, up
+  // to 512 bytes: beyond, a FIFO step's single copy beats the lines' per-line
+  // work (perf/results/host/one_shot.md). A selection may still ask for it.
+  const bool ringFirst = task.coll != CollType::kAllReduce && in_.nranks == 2 && message > 512;
   const double tOne = oneShotFits ? oneShotUs(message) : 1e30;
   auto oneShot = [&] {
     plan.algo = Algorithm::kOneShot;
@@ -179,10 +181,11 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
   // the ring's fixed costs wins without the ring's plan being worked out
   // (a third of the tuner's time per small call).
   const bool unrestricted = task.algos == 0 && envAlgos_[static_cast<size_t>(task.coll)] == 0;
-  if (oneShotFits && unrestricted && tOne <= in_.costs.callUs + ringSteps(task.coll, in_.nranks) * in_.costs.hopUs)
+  if (oneShotFits && unrestricted && !ringFirst &&
+      tOne <= in_.costs.callUs + ringSteps(task.coll, in_.nranks) * in_.costs.hopUs)
     return oneShot();
   const Plan ring = ringPlan(task, bytes);
-  bool ringOk = true, oneOk = oneShotFits;
+  bool ringOk = true, oneOk = oneShotFits && !ringFirst;
   if (task.algos != 0) {  // the call's own selection
     ringOk = (task.algos & kAlgoRing) != 0;
     oneOk = oneShotFits && (task.algos & kAlgoOneShot) != 0;
@@ -192,7 +195,7 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
         return plan;
       }
       ringOk = true;
-      oneOk = oneShotFits;
+      oneOk = oneShotFits && !ringFirst;
     }
   } else if (const uint8_t env = envAlgos_[static_cast<size_t>(task.coll)]; env != 0) {
     // PLAIT_ALGO / NCCL_ALGO: honoured where it leaves something runnable

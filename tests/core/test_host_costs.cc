@@ -184,7 +184,7 @@ TEST_CASE("the fit clamps what it cannot believe and refuses what it cannot fit"
 }
 
 Plan planWith(const HostCosts& costs, size_t bytes, CollType coll = CollType::kAllReduce, int nranks = 2,
-               double cpuShare = 1) {
+               double cpuShare = 1, uint8_t algos = 0) {
   TunerInputs ti;
   ti.nranks = ti.nLocalRanks = nranks;
   ti.cpuShare = cpuShare;
@@ -196,6 +196,7 @@ Plan planWith(const HostCosts& costs, size_t bytes, CollType coll = CollType::kA
   ti.costs = costs;
   Task task;
   task.coll = coll;
+  task.algos = algos;
   return Tuner(ti).plan(task, bytes);
 }
 
@@ -271,7 +272,7 @@ TEST_CASE("the chains (Broadcast, Reduce) slice their whole buffer, the others o
 
 TEST_CASE("small AllGathers, ReduceScatters, Broadcasts and Reduces run one-shot: up to a line message from 3 ranks, "
           "512 bytes at 2", "[tuner]") {
-  for (int nranks : {2, 4}) {
+  for (int nranks : {2, 3, 4}) {
     const size_t most = nranks == 2 ? 512 : 3072;
     for (CollType coll : {CollType::kAllGather, CollType::kReduceScatter}) {  // the block is the message
       CHECK(planWith(kHostCosts, 64 * nranks, coll, nranks).algo == Algorithm::kOneShot);
@@ -283,6 +284,16 @@ TEST_CASE("small AllGathers, ReduceScatters, Broadcasts and Reduces run one-shot
       CHECK(planWith(kHostCosts, most, coll, nranks).algo == Algorithm::kOneShot);
       CHECK(planWith(kHostCosts, most + 1, coll, nranks).algo == Algorithm::kRing);
     }
+  }
+  // The 512-byte rule is the tuner's own choice: a selection of the one-shot
+  // runs it at 2 ranks up to the line message.
+  CHECK(planWith(kHostCosts, 2 * 3072, CollType::kAllGather, 2, 1, kAlgoOneShot).algo == Algorithm::kOneShot);
+  CHECK(planWith(kHostCosts, 3072, CollType::kReduce, 2, 1, kAlgoOneShot).algo == Algorithm::kOneShot);
+  CHECK(planWith(kHostCosts, 3073, CollType::kReduce, 2, 1, kAlgoOneShot).refused);
+  {
+    test::ScopedEnv algo("PLAIT_ALGO", "oneshot");
+    CHECK(planWith(kHostCosts, 2 * 1024, CollType::kReduceScatter).algo == Algorithm::kOneShot);
+    CHECK(planWith(kHostCosts, 2 * 3073, CollType::kReduceScatter).algo == Algorithm::kRing);  // cannot: the ring
   }
   test::ScopedEnv algo("PLAIT_ALGO", "ring");
   CHECK(planWith(kHostCosts, 64, CollType::kBroadcast).algo == Algorithm::kRing);
