@@ -267,7 +267,6 @@ class Communicator {
   void abortParts();
   // Collective numbering and the local peers' view of it (core/op_board.h).
   void announce(const Task& task);
-  void announceBatch(const std::vector<Task>& tasks);
   Status checkAgreement() const;
   WaitCheck agreementCheck() const;
   Status withDeadPeers(Status s) const;

@@ -74,27 +74,10 @@ uint64_t coarseNowNs() {
 }  // namespace
 
 void Communicator::announce(const Task& task) {
-  if (task.coll == CollType::kSend || task.coll == CollType::kRecv) return;
+  if (isSendOrRecv(task.coll)) return;
   ++collSeq_;
   if (board_) board_->publish(collSeq_, task);
   OpBoard::write(announced_, collSeq_, task);
-  announcedNs_.store(coarseNowNs(), std::memory_order_relaxed);
-}
-
-// The collectives of a group's point-to-point batch (AlltoAll, Gather,
-// Scatter) run together: they are numbered like all others, and announced
-// as a batch that peers do not compare (a rank may issue the same calls
-// outside a group).
-void Communicator::announceBatch(const std::vector<Task>& tasks) {
-  bool any = false;
-  for (const Task& t : tasks)
-    if (t.coll != CollType::kSend && t.coll != CollType::kRecv) {
-      ++collSeq_;
-      any = true;
-    }
-  if (!any) return;
-  if (board_) board_->publishBatch(collSeq_);
-  OpBoard::writeBatch(announced_, collSeq_);
   announcedNs_.store(coarseNowNs(), std::memory_order_relaxed);
 }
 
@@ -124,10 +107,16 @@ Status Communicator::runGroup(const std::vector<Task>& tasks) {
   if (live_ && live_->lost())
     return invalidUsage("a group of " + std::to_string(tasks.size()) + " operations after a rank was lost: the "
                         "live-ranks mode (PLAIT_LIVE_RANKS) runs one operation at a time on the survivors");
+  // The collectives run one at a time in call order, AlltoAll, Gather and
+  // Scatter included, each taking the path it takes outside a group (line
+  // FIFOs, point-to-point FIFOs or the direct path), so a rank may group
+  // collectives that a peer calls one by one. The sends and receives run
+  // last, as one batch: NCCL lets a group's sends and receives be posted in
+  // any order, so only a batch that moves them together cannot deadlock.
   return guarded("group", [&] {
     std::vector<Task> p2p, deviceP2p;
     for (const Task& t : tasks) {
-      if (isPointToPoint(t.coll)) {
+      if (isSendOrRecv(t.coll)) {
         (t.onDevice ? deviceP2p : p2p).push_back(t);
       } else {
         Status s = execute(t);
@@ -135,9 +124,7 @@ Status Communicator::runGroup(const std::vector<Task>& tasks) {
       }
     }
     if (!deviceP2p.empty()) PLAIT_RETURN_IF_ERROR(runDeviceP2p(deviceP2p));  // enqueued; the host batch may follow
-    if (p2p.empty()) return Status::ok();
-    announceBatch(p2p);
-    return runP2p(p2p);
+    return p2p.empty() ? Status::ok() : runP2p(p2p);
   });
 }
 

@@ -72,19 +72,12 @@ struct Message {
   bool mayRendezvous = true;  // sends: may go single-copy (not Gather's, nor Scatter's large blocks: runP2p)
 };
 
-// Per peer, the sends and the receives in call order, and how far each got;
-// apart, the small blocks of AlltoAll, Gather and Scatter, each one message
-// through the pair's line FIFO (as runLineP2p sends them outside a group).
+// Per peer, the sends and the receives in call order, and how far each got.
 struct PeerQueues {
   std::vector<Message> sends, recvs;
   size_t nextSend = 0, nextRecv = 0;
   uint64_t ackStep = 0;  // the peer must release this many steps before our rendezvous buffers are free
-  std::vector<Message> lineSends, lineRecvs;
-  size_t nextLineSend = 0, nextLineRecv = 0;
-  bool linesPending() const { return nextLineSend < lineSends.size() || nextLineRecv < lineRecvs.size(); }
-  bool pending() const {
-    return nextSend < sends.size() || nextRecv < recvs.size() || ackStep != 0 || linesPending();
-  }
+  bool pending() const { return nextSend < sends.size() || nextRecv < recvs.size() || ackStep != 0; }
 };
 
 class P2pBatch {
@@ -106,14 +99,6 @@ class P2pBatch {
   void recv(int peer, void* dst, size_t bytes) {
     peers_[peer].recvs.push_back(Message{peer, nullptr, static_cast<char*>(dst), bytes, 0, false});
   }
-  // A block through the line FIFO (another rank: the blocks with this rank
-  // itself pair with send() and recv()).
-  void lineSend(int peer, const void* src, size_t bytes) {
-    peers_[peer].lineSends.push_back(Message{peer, static_cast<const char*>(src), nullptr, bytes, 0, false});
-  }
-  void lineRecv(int peer, void* dst, size_t bytes) {
-    peers_[peer].lineRecvs.push_back(Message{peer, nullptr, static_cast<char*>(dst), bytes, 0, false});
-  }
   Status run(const WaitContext& base);
 
  private:
@@ -123,7 +108,6 @@ class P2pBatch {
   // Moves as many steps as the FIFOs allow; sets *moved if any moved.
   Status pumpSends(PeerQueues& q, bool* moved);
   Status pumpRecvs(PeerQueues& q, bool* moved);
-  Status pumpLines(int peer, PeerQueues& q, bool* moved);
   bool anyReady();
   bool acked(int peer);
   bool rendezvous(int peer, size_t bytes) const { return cmaMin_ > 0 && bytes >= cmaMin_ && shm_.isLocal(peer); }
@@ -147,18 +131,16 @@ class P2pBatch {
 void P2pBatch::stageOverlappingSends() {
   auto overlaps = [this](const Message& m) {
     for (const PeerQueues& rq : peers_)
-      for (const std::vector<Message>* recvs : {&rq.recvs, &rq.lineRecvs})
-        for (const Message& r : *recvs)
-          if (r.bytes && r.dst < m.src + m.bytes && m.src < r.dst + r.bytes) return true;
+      for (const Message& r : rq.recvs)
+        if (r.bytes && r.dst < m.src + m.bytes && m.src < r.dst + r.bytes) return true;
     return false;
   };
   for (PeerQueues& sq : peers_)
-    for (std::vector<Message>* sends : {&sq.sends, &sq.lineSends})
-      for (Message& m : *sends) {
-        if (m.bytes == 0 || !overlaps(m)) continue;
-        staging_.emplace_back(m.src, m.src + m.bytes);
-        m.src = staging_.back().data();
-      }
+    for (Message& m : sq.sends) {
+      if (m.bytes == 0 || !overlaps(m)) continue;
+      staging_.emplace_back(m.src, m.src + m.bytes);
+      m.src = staging_.back().data();
+    }
 }
 
 Status P2pBatch::copySelf() {
@@ -183,8 +165,6 @@ Status P2pBatch::checkPeers() const {
     if (p == rank_ || !q.pending()) continue;
     if (shm_.p2pSend(p) == nullptr || shm_.p2pRecv(p) == nullptr)
       return invalidUsage("rank " + std::to_string(p) + " is on another host and has no network connector");
-    if ((!q.lineSends.empty() && shm_.lineSend(p) == nullptr) || (!q.lineRecvs.empty() && shm_.lineRecv(p) == nullptr))
-      return internalError("rank " + std::to_string(p) + " has no line FIFO");
   }
   return Status::ok();
 }
@@ -257,25 +237,6 @@ Status P2pBatch::pumpRecvs(PeerQueues& q, bool* moved) {
   return Status::ok();
 }
 
-// Line messages never wait here: a send goes once the receiver has room, a
-// receive once the whole message is in (LineReceiver::ready).
-Status P2pBatch::pumpLines(int peer, PeerQueues& q, bool* moved) {
-  LineSender* out = shm_.lineSend(peer);
-  for (; q.nextLineSend < q.lineSends.size(); ++q.nextLineSend, *moved = true) {
-    const Message& m = q.lineSends[q.nextLineSend];
-    if (!out->trySend(m.src, m.bytes)) break;
-  }
-  LineReceiver* in = shm_.lineRecv(peer);
-  for (; q.nextLineRecv < q.lineRecvs.size(); ++q.nextLineRecv, *moved = true) {
-    const Message& m = q.lineRecvs[q.nextLineRecv];
-    if (!in->ready(m.bytes)) break;
-    PLAIT_RETURN_IF_ERROR(in->recv(m.dst, m.bytes).withContext("from rank " + std::to_string(peer)));
-  }
-  if (q.nextLineSend < q.lineSends.size() && out->aborted()) return out->abortError();
-  if (q.nextLineRecv < q.lineRecvs.size() && in->aborted()) return in->abortError();
-  return Status::ok();
-}
-
 // Whether a single-copy descriptor may be acted on: only from a local peer
 // (its FIFO is in our shared memory, not a network connector's), only when
 // cross-memory attach was agreed, only as a whole one-step message, and only
@@ -337,14 +298,6 @@ bool P2pBatch::anyReady() {
       size_t got = 0;
       if (f->tryAcquire(&got) != nullptr || f->peerAborted()) return true;
     }
-    if (q.nextLineRecv < q.lineRecvs.size()) {
-      LineReceiver* l = shm_.lineRecv(p);
-      if (l->ready(q.lineRecvs[q.nextLineRecv].bytes) || l->aborted()) return true;
-    }
-    if (q.nextLineSend < q.lineSends.size()) {
-      LineSender* l = shm_.lineSend(p);
-      if (l->hasRoom(q.lineSends[q.nextLineSend].bytes) || l->aborted()) return true;
-    }
   }
   return false;
 }
@@ -352,7 +305,7 @@ bool P2pBatch::anyReady() {
 bool P2pBatch::finished() {
   for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
     const PeerQueues& q = peers_[p];
-    if (q.nextSend < q.sends.size() || q.nextRecv < q.recvs.size() || q.linesPending() || !acked(p)) return false;
+    if (q.nextSend < q.sends.size() || q.nextRecv < q.recvs.size() || !acked(p)) return false;
   }
   return true;
 }
@@ -369,8 +322,6 @@ std::string P2pBatch::pendingText() const {
     if (q.nextRecv < q.recvs.size()) add("receive from", q.recvs[q.nextRecv]);
     if (q.nextSend == q.sends.size() && q.ackStep != 0)
       text += (text.empty() ? "" : ", ") + std::string("rank ") + std::to_string(p) + " reading our send buffer";
-    if (q.nextLineSend < q.lineSends.size()) add("send to", q.lineSends[q.nextLineSend]);
-    if (q.nextLineRecv < q.lineRecvs.size()) add("receive from", q.lineRecvs[q.nextLineRecv]);
   }
   return text;
 }
@@ -396,7 +347,6 @@ Status P2pBatch::run(const WaitContext& base) {
     for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
       PeerQueues& q = peers_[p];
       if (p != rank_ && q.nextRecv < q.recvs.size()) PLAIT_RETURN_IF_ERROR(pumpRecvs(q, &moved));
-      if (p != rank_ && q.linesPending()) PLAIT_RETURN_IF_ERROR(pumpLines(p, q, &moved));
     }
     // Every send posted, a single-copy one still unreleased: a peer that
     // aborted will never release it (anyReady says so at once, so without
@@ -417,14 +367,6 @@ Status P2pBatch::run(const WaitContext& base) {
         FifoControl* c = shm_.p2pRecv(p)->control();
         word = detail::futexWordOf(&c->tail);
         sleepers = &c->recvSleepers;
-        waitPeer = p;
-      } else if (q.nextLineRecv < q.lineRecvs.size()) {
-        word = shm_.lineRecv(p)->doorbell();
-        sleepers = shm_.lineRecv(p)->sleepers();
-        waitPeer = p;
-      } else if (q.nextLineSend < q.lineSends.size()) {
-        word = shm_.lineSend(p)->creditWord();
-        sleepers = shm_.lineSend(p)->creditSleepers();
         waitPeer = p;
       } else if (q.nextSend < q.sends.size() || q.ackStep != 0) {
         FifoControl* c = shm_.p2pSend(p)->control();
@@ -480,8 +422,10 @@ size_t lineP2pMaxBytes() {
 // waits for a peer that is waiting for this rank: its messages of earlier
 // operations were consumed before that peer could send its own. The pair's
 // messages stay in operation order, shared with the other users of the line
-// FIFOs (one-shot AllReduce, the direct path's agreement); a peer that
-// passed another count is caught by the op board or by the line's size.
+// FIFOs (the one-shot collectives, the direct path's agreement), because a
+// group runs its collectives one by one as well (Communicator::runGroup);
+// a peer that passed another count is caught by the op board or by the
+// line's size.
 Status Communicator::runLineP2p(const Task& t) {
   const size_t bytes = t.count * typeSize(t.type);
   const char* in = static_cast<const char*>(t.sendbuff);
@@ -534,17 +478,8 @@ Status Communicator::runP2p(const std::vector<Task>& tasks) {
     const size_t bytes = t.count * typeSize(t.type);
     const char* in = static_cast<const char*>(t.sendbuff);
     char* out = static_cast<char*>(t.recvbuff);
-    // Small blocks to and from other ranks go as runLineP2p sends them
-    // outside a group, so a rank may group these calls and its peers not.
-    const bool lines = bytes > 0 && bytes <= lineP2pMaxBytes_;
-    auto send = [&](int p, const char* src, bool mayRendezvous) {
-      if (lines && p != rank_) batch.lineSend(p, src, bytes);
-      else batch.send(p, src, bytes, mayRendezvous);
-    };
-    auto recv = [&](int p, char* dst) {
-      if (lines && p != rank_) batch.lineRecv(p, dst, bytes);
-      else batch.recv(p, dst, bytes);
-    };
+    auto send = [&](int p, const char* src, bool mayRendezvous) { batch.send(p, src, bytes, mayRendezvous); };
+    auto recv = [&](int p, char* dst) { batch.recv(p, dst, bytes); };
     switch (t.coll) {
       case CollType::kSend: batch.send(t.peer, in, bytes); break;
       case CollType::kRecv: batch.recv(t.peer, out, bytes); break;

@@ -26,6 +26,8 @@ enum class CollType : uint8_t {
 
 const char* collName(CollType coll);
 
+inline bool isSendOrRecv(CollType c) { return c == CollType::kSend || c == CollType::kRecv; }
+
 // Operations run as batches of sends and receives (core/p2p.cc).
 inline bool isPointToPoint(CollType c) {
   return c == CollType::kSend || c == CollType::kRecv || c == CollType::kAlltoAll || c == CollType::kGather ||

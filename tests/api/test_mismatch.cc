@@ -83,11 +83,13 @@ TEST_CASE("Reduce to different roots", "[mismatch]") {
   requireNamedMismatch(out, "root");
 }
 
-// Blocks of 4 KiB go through the point-to-point FIFOs, of 256 bytes through
-// the line FIFOs (PLAIT_P2P_LINE_MAX_BYTES); the grouped rank runs them in
-// one batch, the other one call at a time.
+// Blocks of 1 MiB take the direct path (single copies after an agreement
+// over the line FIFOs), of 4 KiB the point-to-point FIFOs, of 256 bytes the
+// line FIFOs (PLAIT_P2P_LINE_MAX_BYTES); the grouped rank must take the same
+// paths in the same order as the one calling one at a time (before, it ran
+// them as one batch: 1 MiB waited out the timeout).
 TEST_CASE("The same collectives grouped on one rank and not on the other still agree", "[mismatch]") {
-  const size_t count = GENERATE(size_t{1024}, size_t{64});
+  const size_t count = GENERATE(size_t{1} << 18, size_t{1024}, size_t{64});
   INFO(count * sizeof(float) << "-byte blocks");
   auto failures = plait_test::runThreads(2, [count](int rank, ncclComm_t comm) -> std::string {
     std::vector<float> send(2 * count, 1.0f + rank), recv(2 * count, 0.0f), gathered(2 * count, 0.0f);
@@ -108,6 +110,48 @@ TEST_CASE("The same collectives grouped on one rank and not on the other still a
     if (ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr) != ncclSuccess)
       return std::string("AllReduce: ") + ncclGetLastError(comm);
     return buf[0] == 2.0f && buf.back() == 2.0f ? "" : "AllReduce result";
+  });
+  for (const auto& f : failures) FAIL(f);
+}
+
+// A group mixing AlltoAll with other collectives, against a rank calling
+// them one at a time in the same order. The grouped rank used to run the
+// AllReduce first and the AlltoAll after it, both on the pair's line FIFO,
+// so the other rank's AlltoAll took the AllReduce's message: wrong data when
+// the sizes matched (the case here), a size error when not.
+TEST_CASE("A group of AlltoAll and AllReduce against the same calls ungrouped", "[mismatch]") {
+  const size_t count = GENERATE(size_t{16}, size_t{1} << 18);  // lines and one-shot; direct path and ring
+  const bool alltoallFirst = GENERATE(true, false);
+  INFO(count * sizeof(float) << "-byte blocks, " << (alltoallFirst ? "AlltoAll" : "AllReduce") << " first");
+  auto failures = plait_test::runThreads(2, [&](int rank, ncclComm_t comm) -> std::string {
+    std::vector<float> send(2 * count), recv(2 * count, 0.0f), sum(count);  // sum: as big as a block
+    for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<float>(100 * rank + i % 50);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] = static_cast<float>(1000 * rank + i % 7);
+    auto alltoall = [&] { return ncclAlltoAll(send.data(), recv.data(), count, ncclFloat, comm, nullptr); };
+    auto allreduce = [&] {
+      return ncclAllReduce(sum.data(), sum.data(), sum.size(), ncclFloat, ncclSum, comm, nullptr);
+    };
+    ncclResult_t r;
+    if (rank == 0) {
+      ncclGroupStart();
+      if (alltoallFirst) alltoall();
+      allreduce();
+      if (!alltoallFirst) alltoall();
+      r = ncclGroupEnd();
+    } else {
+      r = alltoallFirst ? alltoall() : allreduce();
+      if (r == ncclSuccess) r = alltoallFirst ? allreduce() : alltoall();
+    }
+    if (r != ncclSuccess) return std::string("AlltoAll and AllReduce: ") + ncclGetLastError(comm);
+    for (size_t i = 0; i < recv.size(); ++i) {  // block p of rank r's recv is block r of rank p's send
+      const size_t from = i / count, at = rank * count + i % count;
+      if (recv[i] != static_cast<float>(100 * from + at % 50))
+        return "AlltoAll recv[" + std::to_string(i) + "] = " + std::to_string(recv[i]);
+    }
+    for (size_t i = 0; i < sum.size(); ++i)
+      if (sum[i] != static_cast<float>(1000 + 2 * (i % 7)))
+        return "AllReduce sum[" + std::to_string(i) + "] = " + std::to_string(sum[i]);
+    return "";
   });
   for (const auto& f : failures) FAIL(f);
 }
