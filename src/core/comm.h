@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -244,7 +245,7 @@ class Communicator {
   HostPrimitives makePrimitives(const Task& task, const Plan& plan, int channel) const;
   size_t ringChunkElems(const Plan& plan, size_t sliceBytes, size_t elem, size_t align) const;
   Status runLocalCopy(const Task& task);
-  Status runP2p(const std::vector<Task>& tasks);
+  Status runP2p(std::span<const Task> tasks);
   Status runLineP2p(const Task& task);
   // The one-shot collectives (core/one_shot.cc).
   Status runOneShot(const Task& task, size_t bytes);

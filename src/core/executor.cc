@@ -232,7 +232,7 @@ Status Communicator::execute(const Task& task) {
       return runLineP2p(task);
     }
     tagged(task, blockBytes, "point-to-point");
-    return runP2p({task});
+    return runP2p(std::span<const Task>(&task, 1));
   }
   if (task.count == 0) return Status::ok();
   if (nranks_ == 1) return runLocalCopy(task);
