@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -128,9 +129,8 @@ class Communicator {
   // ncclDevCommCreate (collective) / ncclDevCommDestroy (local).
   Status createDevComm(const ncclDevCommRequirements& reqs, ncclDevComm* out);
   Status destroyDevComm(const ncclDevComm& devComm);
-  // Runs the operations of one group (ncclGroupEnd): collectives in call
-  // order, then every point-to-point operation (Send, Recv, AlltoAll, Gather,
-  // Scatter) as one batch, so their order within the group cannot deadlock.
+  // Runs the operations of one group (ncclGroupEnd): core/executor.cc says
+  // in which order.
   Status runGroup(const std::vector<Task>& tasks);
   // The error that broke the communicator, if any (ncclCommGetAsyncError).
   Status asyncError() const;
@@ -245,7 +245,7 @@ class Communicator {
   HostPrimitives makePrimitives(const Task& task, const Plan& plan, int channel) const;
   size_t ringChunkElems(const Plan& plan, size_t sliceBytes, size_t elem, size_t align) const;
   Status runLocalCopy(const Task& task);
-  Status runP2p(std::span<const Task> tasks);
+  Status runP2p(std::span<const Task> tasks, const std::function<Status()>& first = nullptr);
   Status runLineP2p(const Task& task);
   // The one-shot collectives (core/one_shot.cc).
   Status runOneShot(const Task& task, size_t bytes);
@@ -268,6 +268,8 @@ class Communicator {
   void abortParts();
   // Collective numbering and the local peers' view of it (core/op_board.h).
   void announce(const Task& task);
+  void announceBatch(const std::vector<Task>& tasks);
+  Status runGroupTasks(const std::vector<Task>& tasks);
   Status checkAgreement() const;
   WaitCheck agreementCheck() const;
   Status withDeadPeers(Status s) const;

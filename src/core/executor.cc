@@ -3,6 +3,7 @@
 // executing the same schedule code a GPU kernel would (algorithms/ring_*.h).
 #include <time.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -81,6 +82,23 @@ void Communicator::announce(const Task& task) {
   announcedNs_.store(coarseNowNs(), std::memory_order_relaxed);
 }
 
+// The collectives of a group's point-to-point batch (AlltoAll, Gather,
+// Scatter beside Send and Recv: runGroup) run together: they are numbered
+// like all others, and announced as a batch that peers do not compare (a
+// rank may issue the same calls outside a group).
+void Communicator::announceBatch(const std::vector<Task>& tasks) {
+  bool any = false;
+  for (const Task& t : tasks)
+    if (!isSendOrRecv(t.coll)) {
+      ++collSeq_;
+      any = true;
+    }
+  if (!any) return;
+  if (board_) board_->publishBatch(collSeq_);
+  OpBoard::writeBatch(announced_, collSeq_);
+  announcedNs_.store(coarseNowNs(), std::memory_order_relaxed);
+}
+
 Status Communicator::checkAgreement() const {
   Status s = board_ ? board_->check() : Status::ok();
   if (s.isOk() && status_) s = status_->check();
@@ -107,25 +125,56 @@ Status Communicator::runGroup(const std::vector<Task>& tasks) {
   if (live_ && live_->lost())
     return invalidUsage("a group of " + std::to_string(tasks.size()) + " operations after a rank was lost: the "
                         "live-ranks mode (PLAIT_LIVE_RANKS) runs one operation at a time on the survivors");
-  // The collectives run one at a time in call order, AlltoAll, Gather and
-  // Scatter included, each taking the path it takes outside a group (line
-  // FIFOs, point-to-point FIFOs or the direct path), so a rank may group
-  // collectives that a peer calls one by one. The sends and receives run
-  // last, as one batch: NCCL lets a group's sends and receives be posted in
-  // any order, so only a batch that moves them together cannot deadlock.
-  return guarded("group", [&] {
-    std::vector<Task> p2p, deviceP2p;
-    for (const Task& t : tasks) {
-      if (isSendOrRecv(t.coll)) {
-        (t.onDevice ? deviceP2p : p2p).push_back(t);
-      } else {
-        Status s = execute(t);
-        if (!s.isOk()) return s.withContext(collName(t.coll));
-      }
+  return guarded("group", [&] { return runGroupTasks(tasks); });
+}
+
+// A group's order, so that a peer calling the same operations one at a time
+// in the same order meets every message where it expects it:
+// - Without sends and receives, every collective runs on its own, in call
+//   order, AlltoAll, Gather and Scatter included, each on the path it takes
+//   outside a group (for those three: small blocks on the point-to-point
+//   line FIFOs, larger ones on the point-to-point FIFOs or the direct path).
+// - With sends or receives (per side: host, device), those and the group's
+//   AlltoAll, Gather and Scatter form one batch, in call order per peer (the
+//   point-to-point FIFOs carry both), so their posting order cannot
+//   deadlock. The batch posts its sends first, then the other collectives
+//   run in call order, then the batch waits for its receives: a peer that
+//   runs those collectives after the point-to-point calls still gets our
+//   messages (as far as the FIFOs hold them; every single-copy send).
+// NCCL runs a group's operations at once; here a peer that orders the
+// collectives differently around the batch can wait until the timeout, but
+// the batch's messages never meet a collective's: they keep to the
+// point-to-point FIFOs and line FIFOs.
+Status Communicator::runGroupTasks(const std::vector<Task>& tasks) {
+  bool hostPairs = false, devicePairs = false;
+  for (const Task& t : tasks)
+    if (isSendOrRecv(t.coll)) (t.onDevice ? devicePairs : hostPairs) = true;
+  std::vector<Task> p2p, deviceP2p, others;
+  for (const Task& t : tasks) {
+    const bool batched = isSendOrRecv(t.coll) || (isPointToPoint(t.coll) && (t.onDevice ? devicePairs : hostPairs));
+    if (!batched) others.push_back(t);
+    else (t.onDevice ? deviceP2p : p2p).push_back(t);
+  }
+  auto runOthers = [&]() -> Status {
+    for (const Task& t : others) {
+      Status s = execute(t);
+      if (!s.isOk()) return s.withContext(collName(t.coll));
     }
     if (!deviceP2p.empty()) PLAIT_RETURN_IF_ERROR(runDeviceP2p(deviceP2p));  // enqueued; the host batch may follow
-    return p2p.empty() ? Status::ok() : runP2p(p2p);
-  });
+    announceBatch(p2p);
+    return Status::ok();
+  };
+  if (p2p.empty()) return runOthers();
+  // The reproducible mode's collectives (host and device buffers alike)
+  // exchange through the point-to-point FIFOs themselves: the batch must not
+  // have posted into them yet.
+  const bool postFirst =
+      std::none_of(others.begin(), others.end(), [&](const Task& t) { return reproducibleOrder(t); });
+  if (!postFirst) {
+    PLAIT_RETURN_IF_ERROR(runOthers());
+    return runP2p(p2p);
+  }
+  return runP2p(p2p, runOthers);
 }
 
 // A failure often cascades: rank A dies, its neighbour B aborts, and B's

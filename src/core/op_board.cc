@@ -13,6 +13,7 @@ namespace {
 
 constexpr size_t kNameBytes = 64;
 constexpr size_t kSegmentBytes = 4096;
+constexpr uint32_t kBatch = 0xffffffffu;  // Line::coll of a group's batch: not compared
 
 const char* opKindName(uint32_t kind) {
   switch (static_cast<RedOpKind>(kind)) {
@@ -88,7 +89,18 @@ void OpBoard::write(Line& line, uint64_t seq, const Task& task) {
   line.version.store(v + 2, std::memory_order_release);
 }
 
+void OpBoard::writeBatch(Line& line, uint64_t seq) {
+  const uint64_t v = line.version.load(std::memory_order_relaxed);
+  line.version.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  line.seq.store(seq, std::memory_order_relaxed);
+  line.coll.store(kBatch, std::memory_order_relaxed);
+  line.version.store(v + 2, std::memory_order_release);
+}
+
 void OpBoard::publish(uint64_t seq, const Task& task) { write(*static_cast<Line*>(own_.data()), seq, task); }
+
+void OpBoard::publishBatch(uint64_t seq) { writeBatch(*static_cast<Line*>(own_.data()), seq); }
 
 void OpBoard::markDeparted() {
   static_cast<Line*>(own_.data())->departed.store(1, std::memory_order_release);
@@ -113,8 +125,11 @@ bool OpBoard::read(const Line& line, OpRecord* out) {
   return line.version.load(std::memory_order_relaxed) == v1;
 }
 
+bool OpRecord::isBatch() const { return coll == kBatch; }
+
 std::string OpRecord::describe() const {
   if (seq == 0) return "before its first collective";
+  if (isBatch()) return "in a group of point-to-point operations (through collective #" + std::to_string(seq) + ")";
   const auto c = static_cast<CollType>(coll);
   std::string text = std::string(collName(c)) + " #" + std::to_string(seq) + " (count " + std::to_string(count) +
                      ", " + typeName(static_cast<ncclDataType_t>(type));
@@ -174,6 +189,7 @@ Status OpBoard::check() const {
   for (const auto& [peer, line] : peerLines_) {
     OpRecord theirs;
     if (!read(*line, &theirs) || theirs.seq != mine.seq || theirs == mine) continue;
+    if (theirs.isBatch() || mine.isBatch()) continue;
     return invalidUsage("ranks disagree on collective #" + std::to_string(mine.seq) + ": rank " +
                         std::to_string(peer) + " runs " + theirs.describe() + " but rank " + std::to_string(rank_) +
                         " runs " + mine.describe() + " (every rank must call the same collectives in the same order " +

@@ -39,6 +39,8 @@ struct OpRecord {
   uint32_t coll = 0, type = 0, opKind = 0;
   int32_t root = 0;
   bool operator==(const OpRecord&) const = default;
+  // A group's point-to-point batch: its collectives are not compared.
+  bool isBatch() const;
   // "AllReduce #12 (count 4, float, sum)".
   std::string describe() const;
 };
@@ -66,6 +68,9 @@ class OpBoard {
   // Announces collective number `seq` (1, 2, ...) with the task's arguments.
   // Called by the one thread that runs this rank's operations.
   void publish(uint64_t seq, const Task& task);
+  // Announces that collectives up to `seq` run as one group batch: peers do
+  // not compare arguments against it.
+  void publishBatch(uint64_t seq);
   // kInvalidUsage naming both ranks when a local peer runs the same
   // collective number with other arguments or another collective; OK
   // otherwise (including peers at another number: they may just be slow).
@@ -91,6 +96,7 @@ class OpBoard {
     std::atomic<uint32_t> departed{0};
   };
   static void write(Line& line, uint64_t seq, const Task& task);
+  static void writeBatch(Line& line, uint64_t seq);
   // False while the owner is writing (try again later).
   static bool read(const Line& line, OpRecord* out);
   // The text of one line for positions().

@@ -188,7 +188,7 @@ void OpStatus::surveyLoop() {
       PLAIT_INFO(kInit, "rank %d at collective #%llu: rank %d is %s", rank_, static_cast<unsigned long long>(seq),
                  p.rank, p.text.c_str());
       if (found.isOk() && readable && mine.seq == seq && theirs.seq == seq && !(theirs == mine) &&
-          p.text.find("gone") == std::string::npos)
+          !theirs.isBatch() && !mine.isBatch() && p.text.find("gone") == std::string::npos)
         found = invalidUsage("ranks disagree on collective #" + std::to_string(seq) + ": rank " +
                              std::to_string(p.rank) + " (on another host) runs " + theirs.describe() + " but rank " +
                              std::to_string(rank_) + " runs " + mine.describe() +

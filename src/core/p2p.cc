@@ -73,29 +73,45 @@ struct Message {
   bool staged = false;        // sends: src is a copy (stageOverlappingSends)
 };
 
-// Per peer, the sends and the receives in call order, and how far each got.
+// Per peer, the sends and the receives in call order, and how far each got;
+// apart, the small blocks of AlltoAll, Gather and Scatter, each one message
+// through the pair's point-to-point line FIFO (as runLineP2p sends them
+// outside a group).
 struct PeerQueues {
   std::vector<Message> sends, recvs;
   size_t nextSend = 0, nextRecv = 0;
   uint64_t ackStep = 0;  // the peer must release this many steps before our rendezvous buffers are free
-  bool pending() const { return nextSend < sends.size() || nextRecv < recvs.size() || ackStep != 0; }
+  std::vector<Message> lineSends, lineRecvs;
+  size_t nextLineSend = 0, nextLineRecv = 0;
+  bool linesPending() const { return nextLineSend < lineSends.size() || nextLineRecv < lineRecvs.size(); }
+  bool pending() const {
+    return nextSend < sends.size() || nextRecv < recvs.size() || ackStep != 0 || linesPending();
+  }
   void reset() {
     sends.clear();
     recvs.clear();
-    nextSend = nextRecv = 0;
+    lineSends.clear();
+    lineRecvs.clear();
+    nextSend = nextRecv = nextLineSend = nextLineRecv = 0;
     ackStep = 0;
   }
 };
 
-// The queues of a thread's batches, kept from call to call: a batch built
-// afresh allocated and freed a vector per peer and direction every call
-// (about a quarter of a 4 KiB AlltoAll's time at 2 ranks). A thread runs one
-// batch at a time (runP2p never nests).
-std::vector<PeerQueues>& threadQueues(int nranks) {
-  thread_local std::vector<PeerQueues> queues;
-  if (queues.size() < static_cast<size_t>(nranks)) queues.resize(nranks);
-  for (int p = 0; p < nranks; ++p) queues[p].reset();
-  return queues;
+// A thread's batch storage, kept from call to call: a batch built afresh
+// allocated and freed a vector per peer and direction every call (about a
+// quarter of a 4 KiB AlltoAll's time at 2 ranks). The queues, and the copies
+// of send buffers that the batch's receives overwrite (freed at the batch's
+// end when over 4 MiB). A batch that finds them taken (one inside another:
+// no caller does that today) uses storage of its own.
+struct BatchStorage {
+  std::vector<PeerQueues> queues;
+  std::vector<char> staging;
+  bool busy = false;
+};
+
+BatchStorage& threadStorage() {
+  thread_local BatchStorage storage;
+  return storage;
 }
 
 class P2pBatch {
@@ -106,10 +122,18 @@ class P2pBatch {
       : shm_(shm),
         rank_(rank),
         nranks_(nranks),
-        peers_(threadQueues(nranks)),
+        shared_(!threadStorage().busy),
+        storage_(shared_ ? threadStorage() : own_),
+        peers_(storage_.queues),
         pids_(pids),
         cma_(cma),
-        cmaMin_(cma ? static_cast<size_t>(kCmaMinBytes.get()) : 0) {}
+        cmaMin_(cma ? static_cast<size_t>(kCmaMinBytes.get()) : 0) {
+    storage_.busy = true;
+    if (peers_.size() < static_cast<size_t>(nranks)) peers_.resize(nranks);
+    for (int p = 0; p < nranks; ++p) peers_[p].reset();
+  }
+  P2pBatch(const P2pBatch&) = delete;
+  P2pBatch& operator=(const P2pBatch&) = delete;
 
   void send(int peer, const void* src, size_t bytes, bool mayRendezvous = true) {
     peers_[peer].sends.push_back(
@@ -118,7 +142,20 @@ class P2pBatch {
   void recv(int peer, void* dst, size_t bytes) {
     peers_[peer].recvs.push_back(Message{peer, nullptr, static_cast<char*>(dst), bytes, 0, false});
   }
+  // A block through the line FIFO (another rank: the blocks with this rank
+  // itself pair with send() and recv()).
+  void lineSend(int peer, const void* src, size_t bytes) {
+    peers_[peer].lineSends.push_back(Message{peer, static_cast<const char*>(src), nullptr, bytes, 0, false});
+  }
+  void lineRecv(int peer, void* dst, size_t bytes) {
+    peers_[peer].lineRecvs.push_back(Message{peer, nullptr, static_cast<char*>(dst), bytes, 0, false});
+  }
+  // Checks the peers, copies to self and posts every send that can go
+  // without waiting (all of them, unless a FIFO fills): the peers may
+  // receive them while this rank does something else (Communicator::runGroup).
+  Status post();
   Status run(const WaitContext& base);
+  ~P2pBatch();
 
  private:
   Status copySelf();
@@ -127,6 +164,7 @@ class P2pBatch {
   // Moves as many steps as the FIFOs allow; sets *moved if any moved.
   Status pumpSends(PeerQueues& q, bool* moved);
   Status pumpRecvs(PeerQueues& q, bool* moved);
+  Status pumpLines(int peer, PeerQueues& q, bool* moved, bool receive = true);
   bool anyReady();
   bool acked(int peer);
   bool rendezvous(int peer, size_t bytes) const { return cmaMin_ > 0 && bytes >= cmaMin_ && shm_.isLocal(peer); }
@@ -138,42 +176,56 @@ class P2pBatch {
   ShmTransport& shm_;
   int rank_;
   int nranks_;
-  std::vector<PeerQueues>& peers_;  // the first nranks_ (threadQueues)
+  BatchStorage own_;  // used only when the thread's is taken
+  bool shared_;       // storage_ is the thread's
+  BatchStorage& storage_;
+  std::vector<PeerQueues>& peers_;  // the first nranks_ are this batch's
   const std::vector<int>& pids_;  // per rank, fixed at connection time
   bool cma_;       // cross-memory attach agreed between the local ranks
   size_t cmaMin_;  // 0: no rendezvous
+  bool posted_ = false;
 };
 
 // A send whose buffer a receive of the same batch writes (nccl-tests'
 // in-place sendrecv; an in-place AlltoAll) is copied first: receives may
 // complete before the send has left, over a network always. The copies go
-// to one buffer of the thread's, kept from call to call up to 4 MiB.
+// to one buffer of the thread's (BatchStorage).
 void P2pBatch::stageOverlappingSends() {
   auto overlaps = [this](const Message& m) {
     for (int p = 0; p < nranks_; ++p)
-      for (const Message& r : peers_[p].recvs)
-        if (r.bytes && r.dst < m.src + m.bytes && m.src < r.dst + r.bytes) return true;
+      for (const std::vector<Message>* recvs : {&peers_[p].recvs, &peers_[p].lineRecvs})
+        for (const Message& r : *recvs)
+          if (r.bytes && r.dst < m.src + m.bytes && m.src < r.dst + r.bytes) return true;
     return false;
   };
   size_t total = 0;
   for (int p = 0; p < nranks_; ++p)
-    for (Message& m : peers_[p].sends)
-      if (m.bytes != 0 && overlaps(m)) {
-        m.staged = true;
-        total += m.bytes;
-      }
+    for (std::vector<Message>* sends : {&peers_[p].sends, &peers_[p].lineSends})
+      for (Message& m : *sends)
+        if (m.bytes != 0 && overlaps(m)) {
+          m.staged = true;
+          total += m.bytes;
+        }
   if (total == 0) return;
-  thread_local std::vector<char> staging;
-  if (staging.capacity() > (size_t{4} << 20) && total <= (size_t{4} << 20)) std::vector<char>().swap(staging);
+  std::vector<char>& staging = storage_.staging;
   if (staging.size() < total) staging.resize(total);
   size_t at = 0;
   for (int p = 0; p < nranks_; ++p)
-    for (Message& m : peers_[p].sends)
-      if (m.staged) {
-        std::memcpy(staging.data() + at, m.src, m.bytes);
-        m.src = staging.data() + at;
-        at += m.bytes;
-      }
+    for (std::vector<Message>* sends : {&peers_[p].sends, &peers_[p].lineSends})
+      for (Message& m : *sends)
+        if (m.staged) {
+          std::memcpy(staging.data() + at, m.src, m.bytes);
+          m.src = staging.data() + at;
+          at += m.bytes;
+        }
+}
+
+// A failed batch may leave a peer reading a staged copy (a rendezvous not
+// yet acknowledged); the communicator is broken then, as before the copies
+// were kept.
+P2pBatch::~P2pBatch() {
+  if (storage_.staging.capacity() > (size_t{4} << 20)) std::vector<char>().swap(storage_.staging);
+  if (shared_) storage_.busy = false;
 }
 
 Status P2pBatch::copySelf() {
@@ -198,6 +250,9 @@ Status P2pBatch::checkPeers() const {
     if (p == rank_ || !q.pending()) continue;
     if (shm_.p2pSend(p) == nullptr || shm_.p2pRecv(p) == nullptr)
       return invalidUsage("rank " + std::to_string(p) + " is on another host and has no network connector");
+    if ((!q.lineSends.empty() && shm_.p2pLineSend(p) == nullptr) ||
+        (!q.lineRecvs.empty() && shm_.p2pLineRecv(p) == nullptr))
+      return internalError("rank " + std::to_string(p) + " has no line FIFO");
   }
   return Status::ok();
 }
@@ -270,6 +325,26 @@ Status P2pBatch::pumpRecvs(PeerQueues& q, bool* moved) {
   return Status::ok();
 }
 
+// Line messages never wait here: a send goes once the receiver has room, a
+// receive once the whole message is in (LineReceiver::ready).
+Status P2pBatch::pumpLines(int peer, PeerQueues& q, bool* moved, bool receive) {
+  LineSender* out = shm_.p2pLineSend(peer);
+  for (; q.nextLineSend < q.lineSends.size(); ++q.nextLineSend, *moved = true) {
+    const Message& m = q.lineSends[q.nextLineSend];
+    if (!out->trySend(m.src, m.bytes)) break;
+  }
+  if (!receive) return q.nextLineSend < q.lineSends.size() && out->aborted() ? out->abortError() : Status::ok();
+  LineReceiver* in = shm_.p2pLineRecv(peer);
+  for (; q.nextLineRecv < q.lineRecvs.size(); ++q.nextLineRecv, *moved = true) {
+    const Message& m = q.lineRecvs[q.nextLineRecv];
+    if (!in->ready(m.bytes)) break;
+    PLAIT_RETURN_IF_ERROR(in->recv(m.dst, m.bytes).withContext("from rank " + std::to_string(peer)));
+  }
+  if (q.nextLineSend < q.lineSends.size() && out->aborted()) return out->abortError();
+  if (q.nextLineRecv < q.lineRecvs.size() && in->aborted()) return in->abortError();
+  return Status::ok();
+}
+
 // Whether a single-copy descriptor may be acted on: only from a local peer
 // (its FIFO is in our shared memory, not a network connector's), only when
 // cross-memory attach was agreed, only as a whole one-step message, and only
@@ -331,6 +406,14 @@ bool P2pBatch::anyReady() {
       size_t got = 0;
       if (f->tryAcquire(&got) != nullptr || f->peerAborted()) return true;
     }
+    if (q.nextLineRecv < q.lineRecvs.size()) {
+      LineReceiver* l = shm_.p2pLineRecv(p);
+      if (l->ready(q.lineRecvs[q.nextLineRecv].bytes) || l->aborted()) return true;
+    }
+    if (q.nextLineSend < q.lineSends.size()) {
+      LineSender* l = shm_.p2pLineSend(p);
+      if (l->hasRoom(q.lineSends[q.nextLineSend].bytes) || l->aborted()) return true;
+    }
   }
   return false;
 }
@@ -338,7 +421,7 @@ bool P2pBatch::anyReady() {
 bool P2pBatch::finished() {
   for (int p = 0; p < nranks_; ++p) {
     const PeerQueues& q = peers_[p];
-    if (q.nextSend < q.sends.size() || q.nextRecv < q.recvs.size() || !acked(p)) return false;
+    if (q.nextSend < q.sends.size() || q.nextRecv < q.recvs.size() || q.linesPending() || !acked(p)) return false;
   }
   return true;
 }
@@ -355,6 +438,8 @@ std::string P2pBatch::pendingText() const {
     if (q.nextRecv < q.recvs.size()) add("receive from", q.recvs[q.nextRecv]);
     if (q.nextSend == q.sends.size() && q.ackStep != 0)
       text += (text.empty() ? "" : ", ") + std::string("rank ") + std::to_string(p) + " reading our send buffer";
+    if (q.nextLineSend < q.lineSends.size()) add("send to", q.lineSends[q.nextLineSend]);
+    if (q.nextLineRecv < q.lineRecvs.size()) add("receive from", q.lineRecvs[q.nextLineRecv]);
   }
   return text;
 }
@@ -363,11 +448,24 @@ std::string P2pBatch::pendingText() const {
 // pending FIFO's word (so that peer's next step wakes it at once; others are
 // seen within a 1 ms sleep slice), in bounded waits so every pending peer's
 // liveness is checked and the deadline counts from the last progress.
-Status P2pBatch::run(const WaitContext& base) {
-  const std::vector<int>& pids = pids_;
+Status P2pBatch::post() {
   PLAIT_RETURN_IF_ERROR(checkPeers());
   stageOverlappingSends();
   PLAIT_RETURN_IF_ERROR(copySelf());
+  posted_ = true;
+  bool moved = false;
+  for (int p = 0; p < nranks_; ++p) {
+    PeerQueues& q = peers_[p];
+    if (p == rank_) continue;
+    if (q.nextSend < q.sends.size()) PLAIT_RETURN_IF_ERROR(pumpSends(q, &moved));
+    if (q.nextLineSend < q.lineSends.size()) PLAIT_RETURN_IF_ERROR(pumpLines(p, q, &moved, /*receive=*/false));
+  }
+  return Status::ok();
+}
+
+Status P2pBatch::run(const WaitContext& base) {
+  const std::vector<int>& pids = pids_;
+  if (!posted_) PLAIT_RETURN_IF_ERROR(post());
   const int64_t timeoutMs = base.waitTimeoutMs;
   Deadline deadline = timeoutMs >= 0 ? Deadline::afterMs(timeoutMs) : Deadline::never();
   while (!finished()) {
@@ -380,6 +478,7 @@ Status P2pBatch::run(const WaitContext& base) {
     for (int p = 0; p < nranks_; ++p) {
       PeerQueues& q = peers_[p];
       if (p != rank_ && q.nextRecv < q.recvs.size()) PLAIT_RETURN_IF_ERROR(pumpRecvs(q, &moved));
+      if (p != rank_ && q.linesPending()) PLAIT_RETURN_IF_ERROR(pumpLines(p, q, &moved));
     }
     // Every send posted, a single-copy one still unreleased: a peer that
     // aborted will never release it (anyReady says so at once, so without
@@ -400,6 +499,14 @@ Status P2pBatch::run(const WaitContext& base) {
         FifoControl* c = shm_.p2pRecv(p)->control();
         word = detail::futexWordOf(&c->tail);
         sleepers = &c->recvSleepers;
+        waitPeer = p;
+      } else if (q.nextLineRecv < q.lineRecvs.size()) {
+        word = shm_.p2pLineRecv(p)->doorbell();
+        sleepers = shm_.p2pLineRecv(p)->sleepers();
+        waitPeer = p;
+      } else if (q.nextLineSend < q.lineSends.size()) {
+        word = shm_.p2pLineSend(p)->creditWord();
+        sleepers = shm_.p2pLineSend(p)->creditSleepers();
         waitPeer = p;
       } else if (q.nextSend < q.sends.size() || q.ackStep != 0) {
         FifoControl* c = shm_.p2pSend(p)->control();
@@ -471,27 +578,27 @@ Status Communicator::runLineP2p(const Task& t) {
     case CollType::kAlltoAll:
       for (int i = 1; i < nranks_; ++i) {
         const int p = peerAfter(i);
-        PLAIT_RETURN_IF_ERROR(shm_->lineSend(p)->send(in + p * bytes, bytes));
+        PLAIT_RETURN_IF_ERROR(shm_->p2pLineSend(p)->send(in + p * bytes, bytes));
       }
       copySelf(out + rank_ * bytes, in + rank_ * bytes);  // in place: our block stays
       for (int i = 1; i < nranks_; ++i) {
         const int p = peerAfter(nranks_ - i);
-        PLAIT_RETURN_IF_ERROR(shm_->lineRecv(p)->recv(out + p * bytes, bytes));
+        PLAIT_RETURN_IF_ERROR(shm_->p2pLineRecv(p)->recv(out + p * bytes, bytes));
       }
       return Status::ok();
     case CollType::kGather:
-      if (rank_ != t.root) return shm_->lineSend(t.root)->send(in, bytes);
+      if (rank_ != t.root) return shm_->p2pLineSend(t.root)->send(in, bytes);
       copySelf(out + rank_ * bytes, in);
       for (int i = 1; i < nranks_; ++i) {
         const int p = peerAfter(i);
-        PLAIT_RETURN_IF_ERROR(shm_->lineRecv(p)->recv(out + p * bytes, bytes));
+        PLAIT_RETURN_IF_ERROR(shm_->p2pLineRecv(p)->recv(out + p * bytes, bytes));
       }
       return Status::ok();
     case CollType::kScatter:
-      if (rank_ != t.root) return shm_->lineRecv(t.root)->recv(out, bytes);
+      if (rank_ != t.root) return shm_->p2pLineRecv(t.root)->recv(out, bytes);
       for (int i = 1; i < nranks_; ++i) {
         const int p = peerAfter(i);
-        PLAIT_RETURN_IF_ERROR(shm_->lineSend(p)->send(in + p * bytes, bytes));
+        PLAIT_RETURN_IF_ERROR(shm_->p2pLineSend(p)->send(in + p * bytes, bytes));
       }
       copySelf(out, in + rank_ * bytes);
       return Status::ok();
@@ -500,8 +607,12 @@ Status Communicator::runLineP2p(const Task& t) {
   }
 }
 
-// Expands every task into messages of one batch and runs it.
-Status Communicator::runP2p(std::span<const Task> tasks) {
+// Expands every task into messages of one batch and runs it. `first`, when
+// given, runs once the batch's sends are posted (all that fit in the FIFOs,
+// and every single-copy descriptor) and before it waits for anything: the
+// group's other operations (runGroup), which a peer may be running ahead of
+// its own share of the batch.
+Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Status()>& first) {
   P2pBatch batch(*shm_, rank_, nranks_, cma_, pids_);
   const int64_t scatterCmaMin = kScatterCmaMinBytes.get() * (oversubscribed_ ? 2 : 1);
   const int64_t scatterCmaMax = kScatterCmaMaxBytes.get();
@@ -511,8 +622,17 @@ Status Communicator::runP2p(std::span<const Task> tasks) {
     const size_t bytes = t.count * typeSize(t.type);
     const char* in = static_cast<const char*>(t.sendbuff);
     char* out = static_cast<char*>(t.recvbuff);
-    auto send = [&](int p, const char* src, bool mayRendezvous) { batch.send(p, src, bytes, mayRendezvous); };
-    auto recv = [&](int p, char* dst) { batch.recv(p, dst, bytes); };
+    // Small blocks to and from other ranks go as runLineP2p sends them
+    // outside a group, so a rank may group these calls and its peers not.
+    const bool lines = bytes > 0 && bytes <= lineP2pMaxBytes_;
+    auto send = [&](int p, const char* src, bool mayRendezvous) {
+      if (lines && p != rank_) batch.lineSend(p, src, bytes);
+      else batch.send(p, src, bytes, mayRendezvous);
+    };
+    auto recv = [&](int p, char* dst) {
+      if (lines && p != rank_) batch.lineRecv(p, dst, bytes);
+      else batch.recv(p, dst, bytes);
+    };
     switch (t.coll) {
       case CollType::kSend: batch.send(t.peer, in, bytes); break;
       case CollType::kRecv: batch.recv(t.peer, out, bytes); break;
@@ -555,6 +675,10 @@ Status Communicator::runP2p(std::span<const Task> tasks) {
   base.waitTimeoutMs = timeoutMs_;
   base.oversubscribed = oversubscribed_;
   base.dedicatedCore = dedicatedCores_;  // only set without network peers or with CPUs to spare
+  if (first) {
+    PLAIT_RETURN_IF_ERROR(batch.post());
+    PLAIT_RETURN_IF_ERROR(first());
+  }
   return batch.run(base);
 }
 

@@ -156,6 +156,59 @@ TEST_CASE("A group of AlltoAll and AllReduce against the same calls ungrouped", 
   for (const auto& f : failures) FAIL(f);
 }
 
+// Sends and receives in a group with AlltoAll and AllReduce, against a rank
+// calling the same operations one at a time in the same order: rank 1 sends
+// one message to rank 0 (P), both run an AlltoAll (A) and an AllReduce (R),
+// in three orders; the grouped rank is 0 or 1. The group's batch posts its
+// sends before it runs the AllReduce, so the ungrouped rank's calls find
+// them (P is 4 KiB: a send the FIFO holds). Before, with P and a 4 KiB
+// AlltoAll on the same FIFO, the grouped rank ran the AlltoAll first when it
+// ran collectives apart from the batch.
+TEST_CASE("Sends and receives grouped with collectives against the same calls ungrouped", "[mismatch]") {
+  const size_t a2a = GENERATE(size_t{16}, size_t{1024});    // AlltoAll block: line FIFO, point-to-point FIFO
+  const size_t ar = GENERATE(size_t{16}, size_t{1} << 14);  // AllReduce: one-shot, ring
+  const std::string order = GENERATE(std::string("PAR"), std::string("ARP"), std::string("RPA"));
+  const int grouped = GENERATE(0, 1);
+  INFO("AlltoAll blocks of " << a2a << " floats, AllReduce of " << ar << ", order " << order << ", rank " << grouped
+                             << " grouped");
+  const size_t msg = 1024;
+  auto failures = plait_test::runThreads(2, [&](int rank, ncclComm_t comm) -> std::string {
+    std::vector<float> p(msg), in(2 * a2a), out(2 * a2a, -1.0f), sum(ar);
+    for (size_t i = 0; i < msg; ++i) p[i] = rank == 1 ? static_cast<float>(7 + i % 13) : -1.0f;
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(100 * rank + i % 50);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] = static_cast<float>(1000 * rank + i % 7);
+    auto call = [&](char op) {
+      if (op == 'P')
+        return rank == 1 ? ncclSend(p.data(), msg, ncclFloat, 0, comm, nullptr)
+                         : ncclRecv(p.data(), msg, ncclFloat, 1, comm, nullptr);
+      if (op == 'A') return ncclAlltoAll(in.data(), out.data(), a2a, ncclFloat, comm, nullptr);
+      return ncclAllReduce(sum.data(), sum.data(), ar, ncclFloat, ncclSum, comm, nullptr);
+    };
+    ncclResult_t r = ncclSuccess;
+    if (rank == grouped) {
+      ncclGroupStart();
+      for (char op : order) call(op);
+      r = ncclGroupEnd();
+    } else {
+      for (char op : order)
+        if (r == ncclSuccess) r = call(op);
+    }
+    if (r != ncclSuccess) return std::string("rank ") + std::to_string(rank) + ": " + ncclGetLastError(comm);
+    for (size_t i = 0; i < msg; ++i)
+      if (p[i] != static_cast<float>(7 + i % 13)) return "Recv p[" + std::to_string(i) + "] = " + std::to_string(p[i]);
+    for (size_t i = 0; i < out.size(); ++i) {
+      const size_t from = i / a2a, at = rank * a2a + i % a2a;
+      if (out[i] != static_cast<float>(100 * from + at % 50))
+        return "AlltoAll out[" + std::to_string(i) + "] = " + std::to_string(out[i]);
+    }
+    for (size_t i = 0; i < sum.size(); ++i)
+      if (sum[i] != static_cast<float>(1000 + 2 * (i % 7)))
+        return "AllReduce sum[" + std::to_string(i) + "] = " + std::to_string(sum[i]);
+    return "";
+  });
+  for (const auto& f : failures) FAIL(f);
+}
+
 // Run with PLAIT_TIMEOUT=2 (test_api_missing_rank): a rank that never calls
 // the next collective cannot be told from a slow one, so the others wait out
 // the timeout, but their error says where every rank of the host is.

@@ -46,7 +46,7 @@ FifoControl* p2pFifoFromRank1(char* base) {
   const size_t mesh = align(FifoShape{4, 32 << 10}.totalBytes());
   const size_t line = align(sizeof(LineFifoMemory));
   const size_t p2p = align(FifoShape{8, 64 << 10}.totalBytes());
-  return reinterpret_cast<FifoControl*>(base + 1 * ring + 2 * mesh + 2 * line + 1 * p2p);
+  return reinterpret_cast<FifoControl*>(base + 1 * ring + 2 * mesh + 4 * line + 1 * p2p);  // two line FIFOs per sender
 }
 
 int forger(const ncclUniqueId& id, pid_t victim) {

@@ -58,9 +58,10 @@ size_t ShmTransport::meshOffset(int fromLocalIndex) const {
          static_cast<size_t>(fromLocalIndex) * alignUp(options_.mesh.totalBytes(), 4096);
 }
 
-size_t ShmTransport::lineOffset(int fromLocalIndex) const {
+// Two line FIFOs per sender: the collectives', then the point-to-point ones'.
+size_t ShmTransport::lineOffset(int fromLocalIndex, bool p2p) const {
   return meshOffset(static_cast<int>(options_.localRanks.size())) +
-         static_cast<size_t>(fromLocalIndex) * alignUp(sizeof(LineFifoMemory), 4096);
+         static_cast<size_t>(2 * fromLocalIndex + (p2p ? 1 : 0)) * alignUp(sizeof(LineFifoMemory), 4096);
 }
 
 size_t ShmTransport::p2pOffset(int fromLocalIndex) const {
@@ -193,6 +194,8 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
   meshRecv_.resize(nranks);
   lineSend_.resize(nranks);
   lineRecv_.resize(nranks);
+  p2pLineSend_.resize(nranks);
+  p2pLineRecv_.resize(nranks);
   p2pSend_.resize(nranks);
   p2pRecv_.resize(nranks);
   const int me = localIndex_[rank_];
@@ -212,6 +215,11 @@ Status ShmTransport::mapPeers(OobExchange& oob, Deadline deadline) {
                                                    atOwner(peer, lineOffset(me)));
     lineRecv_[peer] =
         std::make_unique<LineReceiver>(at(own_->data(), lineOffset(localIndex_[peer])), newContext(peer, "receive"));
+    p2pLineSend_[peer] = std::make_unique<LineSender>(at(peerBase[peer], lineOffset(me, true)),
+                                                      newContext(peer, "point-to-point send"),
+                                                      atOwner(peer, lineOffset(me, true)));
+    p2pLineRecv_[peer] = std::make_unique<LineReceiver>(at(own_->data(), lineOffset(localIndex_[peer], true)),
+                                                        newContext(peer, "point-to-point receive"));
     p2pSend_[peer] = std::make_unique<FifoSender>(at(peerBase[peer], p2pOffset(me)), options_.p2p,
                                                   newContext(peer, "point-to-point send"));
     p2pRecv_[peer] = std::make_unique<FifoReceiver>(at(own_->data(), p2pOffset(localIndex_[peer])), options_.p2p,
@@ -242,6 +250,7 @@ void ShmTransport::populateSendSide(SharedSegment& segment, int peer) {
     if (options_.ringNext[c] == peer) (void)segment.populate(ringOffset(c), options_.ring.totalBytes());
   (void)segment.populate(meshOffset(me), options_.mesh.totalBytes());
   (void)segment.populate(lineOffset(me), sizeof(LineFifoMemory));
+  (void)segment.populate(lineOffset(me, true), sizeof(LineFifoMemory));
   (void)segment.populate(p2pOffset(me), options_.p2p.totalBytes());
 }
 
@@ -274,6 +283,8 @@ void ShmTransport::abort() {
   for (auto& r : p2pRecv_) if (r) r->abort();
   for (auto& s : lineSend_) if (s) s->abort();
   for (auto& r : lineRecv_) if (r) r->abort();
+  for (auto& s : p2pLineSend_) if (s) s->abort();
+  for (auto& r : p2pLineRecv_) if (r) r->abort();
 }
 
 ShmTransport::~ShmTransport() = default;

@@ -79,9 +79,15 @@ class ShmTransport {
   // unmatched user messages can never be mistaken for a collective's data.
   FifoSender* p2pSend(int peer) { return p2pSendAt_[peer]; }
   FifoReceiver* p2pRecv(int peer) { return p2pRecvAt_[peer]; }
-  // One-cache-line channels to local peers, for messages ≤ kLinePayloadBytes.
+  // Cache-line FIFOs to local peers (transport/line_fifo.h), for messages
+  // ≤ kLineMaxMessageBytes: the collectives' (one-shots, the direct path's
+  // agreement) and, apart, the point-to-point operations' (small AlltoAll,
+  // Gather and Scatter blocks), so that a group, which runs these after
+  // its other collectives, never meets a peer's collective message.
   LineSender* lineSend(int peer) { return lineSend_[peer].get(); }
   LineReceiver* lineRecv(int peer) { return lineRecv_[peer].get(); }
+  LineSender* p2pLineSend(int peer) { return p2pLineSend_[peer].get(); }
+  LineReceiver* p2pLineRecv(int peer) { return p2pLineRecv_[peer].get(); }
   bool isLocal(int peer) const { return localIndex_[peer] >= 0; }
   const FifoShape& ringShape() const { return options_.ring; }
   const FifoShape& meshShape() const { return options_.mesh; }
@@ -94,7 +100,7 @@ class ShmTransport {
   ShmTransport() = default;
   size_t ringOffset(int channel) const;
   size_t meshOffset(int fromLocalIndex) const;
-  size_t lineOffset(int fromLocalIndex) const;
+  size_t lineOffset(int fromLocalIndex, bool p2p = false) const;
   size_t p2pOffset(int fromLocalIndex) const;
   size_t segmentBytes() const;
   Status mapPeers(OobExchange& oob, Deadline deadline);
@@ -111,8 +117,8 @@ class ShmTransport {
   std::vector<std::unique_ptr<WaitContext>> contexts_;
   std::vector<std::unique_ptr<FifoSender>> ringSend_, meshSend_, p2pSend_;
   std::vector<std::unique_ptr<FifoReceiver>> ringRecv_, meshRecv_, p2pRecv_;
-  std::vector<std::unique_ptr<LineSender>> lineSend_;
-  std::vector<std::unique_ptr<LineReceiver>> lineRecv_;
+  std::vector<std::unique_ptr<LineSender>> lineSend_, p2pLineSend_;
+  std::vector<std::unique_ptr<LineReceiver>> lineRecv_, p2pLineRecv_;
   std::vector<FifoSender*> ringSendAt_, p2pSendAt_;  // what the accessors hand out: owned or remote
   std::vector<FifoReceiver*> ringRecvAt_, p2pRecvAt_;
 };
