@@ -268,7 +268,7 @@ class Communicator {
   void abortParts();
   // Collective numbering and the local peers' view of it (core/op_board.h).
   void announce(const Task& task);
-  void announceBatch(const std::vector<Task>& tasks);
+  void announceBatch();
   Status runGroupTasks(const std::vector<Task>& tasks);
   Status checkAgreement() const;
   WaitCheck agreementCheck() const;

@@ -83,17 +83,11 @@ void Communicator::announce(const Task& task) {
 }
 
 // The collectives of a group's point-to-point batch (AlltoAll, Gather,
-// Scatter beside Send and Recv: runGroup) run together: they are numbered
-// like all others, and announced as a batch that peers do not compare (a
-// rank may issue the same calls outside a group).
-void Communicator::announceBatch(const std::vector<Task>& tasks) {
-  bool any = false;
-  for (const Task& t : tasks)
-    if (!isSendOrRecv(t.coll)) {
-      ++collSeq_;
-      any = true;
-    }
-  if (!any) return;
+// Scatter beside Send and Recv: runGroupTasks) run together: they are
+// numbered at their call positions like all others (collSeq_ counts them
+// already), and announced as a batch that peers do not compare (a rank may
+// issue the same calls outside a group).
+void Communicator::announceBatch() {
   if (board_) board_->publishBatch(collSeq_);
   OpBoard::writeBatch(announced_, collSeq_);
   announcedNs_.store(coarseNowNs(), std::memory_order_relaxed);
@@ -149,28 +143,39 @@ Status Communicator::runGroupTasks(const std::vector<Task>& tasks) {
   bool hostPairs = false, devicePairs = false;
   for (const Task& t : tasks)
     if (isSendOrRecv(t.coll)) (t.onDevice ? devicePairs : hostPairs) = true;
-  std::vector<Task> p2p, deviceP2p, others;
+  auto isBatched = [&](const Task& t) {
+    return isSendOrRecv(t.coll) || (isPointToPoint(t.coll) && (t.onDevice ? devicePairs : hostPairs));
+  };
+  std::vector<Task> p2p, deviceP2p;
+  bool reproducibleOthers = false;
   for (const Task& t : tasks) {
-    const bool batched = isSendOrRecv(t.coll) || (isPointToPoint(t.coll) && (t.onDevice ? devicePairs : hostPairs));
-    if (!batched) others.push_back(t);
-    else (t.onDevice ? deviceP2p : p2p).push_back(t);
+    if (isBatched(t)) (t.onDevice ? deviceP2p : p2p).push_back(t);
+    else reproducibleOthers |= reproducibleOrder(t);
   }
+  // Every collective keeps its call-order number, as a peer calling them
+  // one at a time numbers them (the op board compares equal numbers only).
   auto runOthers = [&]() -> Status {
-    for (const Task& t : others) {
+    bool batchedCollectives = false;
+    for (const Task& t : tasks) {
+      if (isBatched(t)) {
+        if (!t.onDevice && !isSendOrRecv(t.coll)) {
+          ++collSeq_;  // runs in the batch; numbered here
+          batchedCollectives = true;
+        }
+        continue;
+      }
       Status s = execute(t);
       if (!s.isOk()) return s.withContext(collName(t.coll));
     }
     if (!deviceP2p.empty()) PLAIT_RETURN_IF_ERROR(runDeviceP2p(deviceP2p));  // enqueued; the host batch may follow
-    announceBatch(p2p);
+    if (batchedCollectives) announceBatch();
     return Status::ok();
   };
   if (p2p.empty()) return runOthers();
   // The reproducible mode's collectives (host and device buffers alike)
   // exchange through the point-to-point FIFOs themselves: the batch must not
   // have posted into them yet.
-  const bool postFirst =
-      std::none_of(others.begin(), others.end(), [&](const Task& t) { return reproducibleOrder(t); });
-  if (!postFirst) {
+  if (reproducibleOthers) {
     PLAIT_RETURN_IF_ERROR(runOthers());
     return runP2p(p2p);
   }

@@ -1,7 +1,9 @@
 // p2p.cc — point-to-point operations and the collectives built from them
 // (AlltoAll, Gather, Scatter), run as one batch with a progress loop.
 //
-// A batch is every Send and Recv of a group (or a single call). The loop
+// A batch is every Send and Recv of a group, with the group's AlltoAll,
+// Gather and Scatter when it has sends or receives (Communicator::
+// runGroupTasks), or a single call. The loop
 // moves whatever can move now — a free step towards any peer, a posted step
 // from any peer — so the order of calls inside a group never matters: an
 // all-to-all written as n sends then n receives completes, as it must with
@@ -444,10 +446,6 @@ std::string P2pBatch::pendingText() const {
   return text;
 }
 
-// The progress loop. When nothing can move it waits, sleeping on the first
-// pending FIFO's word (so that peer's next step wakes it at once; others are
-// seen within a 1 ms sleep slice), in bounded waits so every pending peer's
-// liveness is checked and the deadline counts from the last progress.
 Status P2pBatch::post() {
   PLAIT_RETURN_IF_ERROR(checkPeers());
   stageOverlappingSends();
@@ -463,6 +461,10 @@ Status P2pBatch::post() {
   return Status::ok();
 }
 
+// The progress loop. When nothing can move it waits, sleeping on the first
+// pending FIFO's word (so that peer's next step wakes it at once; others are
+// seen within a 1 ms sleep slice), in bounded waits so every pending peer's
+// liveness is checked and the deadline counts from the last progress.
 Status P2pBatch::run(const WaitContext& base) {
   const std::vector<int>& pids = pids_;
   if (!posted_) PLAIT_RETURN_IF_ERROR(post());
@@ -560,12 +562,13 @@ size_t lineP2pMaxBytes() {
 // built. A rank posts all its sends before its first receive, as the
 // one-shot AllReduce does, and a FIFO holds two messages, so a send never
 // waits for a peer that is waiting for this rank: its messages of earlier
-// operations were consumed before that peer could send its own. The pair's
-// messages stay in operation order, shared with the other users of the line
-// FIFOs (the one-shot collectives, the direct path's agreement), because a
-// group runs its collectives one by one as well (Communicator::runGroup);
-// a peer that passed another count is caught by the op board or by the
-// line's size.
+// operations were consumed before that peer could send its own (a group's
+// batch may have posted more ahead of them: the send then waits, bounded by
+// the timeout). These are the pair's point-to-point line FIFO, which a
+// group's batch uses for the same blocks in call order; the collectives'
+// line messages (one-shots, the direct path's agreement) never enter it. A
+// peer that passed another count is caught by the op board or by the line's
+// size.
 Status Communicator::runLineP2p(const Task& t) {
   const size_t bytes = t.count * typeSize(t.type);
   const char* in = static_cast<const char*>(t.sendbuff);
@@ -677,7 +680,13 @@ Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Sta
   base.dedicatedCore = dedicatedCores_;  // only set without network peers or with CPUs to spare
   if (first) {
     PLAIT_RETURN_IF_ERROR(batch.post());
-    PLAIT_RETURN_IF_ERROR(first());
+    // Peers may have our messages while ours from them will never be read:
+    // whatever `first` failed on (a bad argument too), the pairs' FIFOs are
+    // out of step and the communicator cannot go on.
+    if (Status s = first(); !s.isOk()) {
+      breakWith(s);
+      return s;
+    }
   }
   return batch.run(base);
 }

@@ -82,8 +82,9 @@ class ShmTransport {
   // Cache-line FIFOs to local peers (transport/line_fifo.h), for messages
   // ≤ kLineMaxMessageBytes: the collectives' (one-shots, the direct path's
   // agreement) and, apart, the point-to-point operations' (small AlltoAll,
-  // Gather and Scatter blocks), so that a group, which runs these after
-  // its other collectives, never meets a peer's collective message.
+  // Gather and Scatter blocks), so that a group's batch, whose messages go
+  // out of order with the group's other collectives, never meets a peer's
+  // collective message.
   LineSender* lineSend(int peer) { return lineSend_[peer].get(); }
   LineReceiver* lineRecv(int peer) { return lineRecv_[peer].get(); }
   LineSender* p2pLineSend(int peer) { return p2pLineSend_[peer].get(); }
