@@ -42,6 +42,36 @@ std::vector<Outcome> runPair(Call call) {
   return out;
 }
 
+// An AlltoAll of `block` floats per rank and an in-place AllReduce of
+// `sumCount` floats on two ranks, with inputs that say where each value
+// came from.
+struct AlltoAllAndSum {
+  int rank;
+  size_t block;
+  std::vector<float> in, out, sum;
+  AlltoAllAndSum(int r, size_t b, size_t sumCount) : rank(r), block(b), in(2 * b), out(2 * b, -1.0f), sum(sumCount) {
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(100 * rank + i % 50);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] = static_cast<float>(1000 * rank + i % 7);
+  }
+  ncclResult_t alltoall(ncclComm_t comm) {
+    return ncclAlltoAll(in.data(), out.data(), block, ncclFloat, comm, nullptr);
+  }
+  ncclResult_t allreduce(ncclComm_t comm) {
+    return ncclAllReduce(sum.data(), sum.data(), sum.size(), ncclFloat, ncclSum, comm, nullptr);
+  }
+  std::string check() const {
+    for (size_t i = 0; i < out.size(); ++i) {  // block p of rank r's out is block r of rank p's in
+      const size_t from = i / block, at = rank * block + i % block;
+      if (out[i] != static_cast<float>(100 * from + at % 50))
+        return "AlltoAll out[" + std::to_string(i) + "] = " + std::to_string(out[i]);
+    }
+    for (size_t i = 0; i < sum.size(); ++i)
+      if (sum[i] != static_cast<float>(1000 + 2 * (i % 7)))
+        return "AllReduce sum[" + std::to_string(i) + "] = " + std::to_string(sum[i]);
+    return "";
+  }
+};
+
 void requireNamedMismatch(const std::vector<Outcome>& out, const char* detail) {
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r << ": " << out[r].message);
@@ -124,13 +154,9 @@ TEST_CASE("A group of AlltoAll and AllReduce against the same calls ungrouped", 
   const bool alltoallFirst = GENERATE(true, false);
   INFO(count * sizeof(float) << "-byte blocks, " << (alltoallFirst ? "AlltoAll" : "AllReduce") << " first");
   auto failures = plait_test::runThreads(2, [&](int rank, ncclComm_t comm) -> std::string {
-    std::vector<float> send(2 * count), recv(2 * count, 0.0f), sum(count);  // sum: as big as a block
-    for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<float>(100 * rank + i % 50);
-    for (size_t i = 0; i < sum.size(); ++i) sum[i] = static_cast<float>(1000 * rank + i % 7);
-    auto alltoall = [&] { return ncclAlltoAll(send.data(), recv.data(), count, ncclFloat, comm, nullptr); };
-    auto allreduce = [&] {
-      return ncclAllReduce(sum.data(), sum.data(), sum.size(), ncclFloat, ncclSum, comm, nullptr);
-    };
+    AlltoAllAndSum ops(rank, count, count);  // the AllReduce as big as a block
+    auto alltoall = [&] { return ops.alltoall(comm); };
+    auto allreduce = [&] { return ops.allreduce(comm); };
     ncclResult_t r;
     if (rank == 0) {
       ncclGroupStart();
@@ -143,15 +169,7 @@ TEST_CASE("A group of AlltoAll and AllReduce against the same calls ungrouped", 
       if (r == ncclSuccess) r = alltoallFirst ? allreduce() : alltoall();
     }
     if (r != ncclSuccess) return std::string("AlltoAll and AllReduce: ") + ncclGetLastError(comm);
-    for (size_t i = 0; i < recv.size(); ++i) {  // block p of rank r's recv is block r of rank p's send
-      const size_t from = i / count, at = rank * count + i % count;
-      if (recv[i] != static_cast<float>(100 * from + at % 50))
-        return "AlltoAll recv[" + std::to_string(i) + "] = " + std::to_string(recv[i]);
-    }
-    for (size_t i = 0; i < sum.size(); ++i)
-      if (sum[i] != static_cast<float>(1000 + 2 * (i % 7)))
-        return "AllReduce sum[" + std::to_string(i) + "] = " + std::to_string(sum[i]);
-    return "";
+    return ops.check();
   });
   for (const auto& f : failures) FAIL(f);
 }
@@ -173,16 +191,14 @@ TEST_CASE("Sends and receives grouped with collectives against the same calls un
                              << " grouped");
   const size_t msg = 1024;
   auto failures = plait_test::runThreads(2, [&](int rank, ncclComm_t comm) -> std::string {
-    std::vector<float> p(msg), in(2 * a2a), out(2 * a2a, -1.0f), sum(ar);
+    std::vector<float> p(msg);
     for (size_t i = 0; i < msg; ++i) p[i] = rank == 1 ? static_cast<float>(7 + i % 13) : -1.0f;
-    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(100 * rank + i % 50);
-    for (size_t i = 0; i < sum.size(); ++i) sum[i] = static_cast<float>(1000 * rank + i % 7);
+    AlltoAllAndSum ops(rank, a2a, ar);
     auto call = [&](char op) {
       if (op == 'P')
         return rank == 1 ? ncclSend(p.data(), msg, ncclFloat, 0, comm, nullptr)
                          : ncclRecv(p.data(), msg, ncclFloat, 1, comm, nullptr);
-      if (op == 'A') return ncclAlltoAll(in.data(), out.data(), a2a, ncclFloat, comm, nullptr);
-      return ncclAllReduce(sum.data(), sum.data(), ar, ncclFloat, ncclSum, comm, nullptr);
+      return op == 'A' ? ops.alltoall(comm) : ops.allreduce(comm);
     };
     ncclResult_t r = ncclSuccess;
     if (rank == grouped) {
@@ -196,15 +212,7 @@ TEST_CASE("Sends and receives grouped with collectives against the same calls un
     if (r != ncclSuccess) return std::string("rank ") + std::to_string(rank) + ": " + ncclGetLastError(comm);
     for (size_t i = 0; i < msg; ++i)
       if (p[i] != static_cast<float>(7 + i % 13)) return "Recv p[" + std::to_string(i) + "] = " + std::to_string(p[i]);
-    for (size_t i = 0; i < out.size(); ++i) {
-      const size_t from = i / a2a, at = rank * a2a + i % a2a;
-      if (out[i] != static_cast<float>(100 * from + at % 50))
-        return "AlltoAll out[" + std::to_string(i) + "] = " + std::to_string(out[i]);
-    }
-    for (size_t i = 0; i < sum.size(); ++i)
-      if (sum[i] != static_cast<float>(1000 + 2 * (i % 7)))
-        return "AllReduce sum[" + std::to_string(i) + "] = " + std::to_string(sum[i]);
-    return "";
+    return ops.check();
   });
   for (const auto& f : failures) FAIL(f);
 }
