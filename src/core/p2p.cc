@@ -335,15 +335,14 @@ Status P2pBatch::pumpLines(int peer, PeerQueues& q, bool* moved, bool receive) {
     const Message& m = q.lineSends[q.nextLineSend];
     if (!out->trySend(m.src, m.bytes)) break;
   }
-  if (!receive) return q.nextLineSend < q.lineSends.size() && out->aborted() ? out->abortError() : Status::ok();
   LineReceiver* in = shm_.p2pLineRecv(peer);
-  for (; q.nextLineRecv < q.lineRecvs.size(); ++q.nextLineRecv, *moved = true) {
+  for (; receive && q.nextLineRecv < q.lineRecvs.size(); ++q.nextLineRecv, *moved = true) {
     const Message& m = q.lineRecvs[q.nextLineRecv];
     if (!in->ready(m.bytes)) break;
     PLAIT_RETURN_IF_ERROR(in->recv(m.dst, m.bytes).withContext("from rank " + std::to_string(peer)));
   }
   if (q.nextLineSend < q.lineSends.size() && out->aborted()) return out->abortError();
-  if (q.nextLineRecv < q.lineRecvs.size() && in->aborted()) return in->abortError();
+  if (receive && q.nextLineRecv < q.lineRecvs.size() && in->aborted()) return in->abortError();
   return Status::ok();
 }
 
