@@ -5,10 +5,12 @@
 #
 #   perf/net/net_perf.sh [BINDIR] [-- extra all_reduce_perf arguments]
 #
-# Prints iperf3 (one stream, one direction; and --bidir, both directions at
-# once: an all-reduce moves data both ways), then the Plait and Gloo tables
-# (float32 sum) and a ratio table: Plait busbw / iperf3, Plait / Gloo per
-# size. Environment: NCCL_NET (Socket default, or UCX), PLAIT_* tunables,
+# Prints iperf3 (one stream, one direction; and two iperf3 processes at once,
+# one per direction: a 2-rank all-reduce moves its bytes both ways at once;
+# iperf3 3.12's own --bidir drives both directions from one thread, so it
+# reads lower than two processes), then the Plait and Gloo tables (float32
+# sum) and a ratio table: Plait busbw / iperf3 one way, Plait busbw / iperf3
+# per direction both ways at once, Plait / Gloo per size. Environment: NCCL_NET (Socket default, or UCX), PLAIT_* tunables,
 # ROUNDS (default 3: interleaved Plait/Gloo rounds, medians reported),
 # PEER=encrypted (compare with Plait itself under NCCL_ENCRYPTION_PSK, TLS
 # 1.3 on the bootstrap and every socket stream, instead of Gloo).
@@ -30,19 +32,22 @@ netns_create 2
 trap 'netns_destroy; rm -rf "$OUT"' EXIT
 N0=$(netns_node 0) N1=$(netns_node 1)
 
-iperf() {  # prints Gbit/s of the receiver; $@: extra iperf3 client flags
-  ip netns exec "$N1" iperf3 -s -1 -p 5201 >/dev/null 2>&1 &
+iperf_flow() {  # server-node client-node port json: one stream, 5 s
+  ip netns exec "$(netns_node "$1")" iperf3 -s -1 -p "$3" >/dev/null 2>&1 &
   local server=$!
   sleep 0.5
-  ip netns exec "$N0" iperf3 -c "$(netns_addr 1)" -p 5201 -t 5 -J "$@" >"$OUT/iperf.json"
+  ip netns exec "$(netns_node "$2")" iperf3 -c "$(netns_addr "$1")" -p "$3" -t 5 -J >"$4"
   wait $server || true
-  python3 - "$OUT/iperf.json" <<'EOF'
-import json, sys
-e = json.load(open(sys.argv[1]))["end"]
-bits = e["sum_received"]["bits_per_second"]
-if "sum_bidir_reverse" in e: bits += e["sum_bidir_reverse"]["bits_per_second"]
-print("%.2f" % (bits / 1e9))
-EOF
+}
+
+gbits() { python3 -c 'import json,sys; print(sum(json.load(open(f))["end"]["sum_received"]["bits_per_second"] for f in sys.argv[1:]) / 1e9)' "$@"; }
+
+iperf() {  # "one-way Gbit/s two-way-per-direction Gbit/s"
+  iperf_flow 1 0 5201 "$OUT/one.json"
+  iperf_flow 1 0 5201 "$OUT/fwd.json" & local fwd=$!
+  iperf_flow 0 1 5202 "$OUT/rev.json" & local rev=$!
+  wait $fwd $rev
+  echo "$(gbits "$OUT/one.json") $(python3 -c "print($(gbits "$OUT/fwd.json" "$OUT/rev.json") / 2)")"
 }
 
 run_pair() {  # tag program args... (rank 0 in n0, rank 1 in n1)
@@ -57,7 +62,9 @@ run_pair() {  # tag program args... (rank 0 in n0, rank 1 in n1)
   for i in "${pids[@]}"; do wait "$i"; done
 }
 
-echo "# iperf3 $(netns_addr 0) -> $(netns_addr 1): $(iperf) Gbit/s one way, $(iperf --bidir) Gbit/s both ways"
+read -r ONE1 TWO1 <<<"$(iperf)"
+printf '# iperf3 %s <-> %s: %.2f Gbit/s one way; %.2f Gbit/s per direction both ways at once (two processes)\n' \
+  "$(netns_addr 0)" "$(netns_addr 1)" "$ONE1" "$TWO1"
 STORE=$OUT/gloo-store
 for ((r = 1; r <= ROUNDS; r++)); do
   run_pair "plait$r" "$BIN/all_reduce_perf" -b 64K -e 256M -f 4 -n 20 -w 3 -c 0 -d float -o sum "${EXTRA[@]}"
@@ -69,14 +76,18 @@ for ((r = 1; r <= ROUNDS; r++)); do
     run_pair "peer$r" "$BIN/gloo_perf" -a allreduce_ring -s "$STORE" -b 64K -e 256M -f 4 -n 20 -w 3 -k 0
   fi
 done
-echo "# iperf3 again after the runs: $(iperf) Gbit/s one way, $(iperf --bidir) Gbit/s both ways"
+read -r ONE2 TWO2 <<<"$(iperf)"
+printf '# iperf3 again after the runs: %.2f Gbit/s one way; %.2f per direction both ways\n' "$ONE2" "$TWO2"
 echo "# Plait all_reduce_perf (rank 0, round 1):"
 grep -v "^#" "$OUT/plait1.0" | grep -E "^ +[0-9]" || cat "$OUT/plait1.0"
 echo "# $PEER (rank 0, round 1):"
 grep -E "^ +[0-9]" "$OUT/peer1.0" || cat "$OUT/peer1.0"
-python3 - "$OUT" "$ROUNDS" "$PEER" <<'EOF'
+python3 - "$OUT" "$ROUNDS" "$PEER" "$ONE1" "$ONE2" "$TWO1" "$TWO2" <<'EOF'
 import statistics, sys, glob
 out, rounds, peer = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+# iperf3 in GB/s: the mean of the runs before and after
+one = (float(sys.argv[4]) + float(sys.argv[5])) / 2 / 8
+two = (float(sys.argv[6]) + float(sys.argv[7])) / 2 / 8
 def table(prefix, col):
     rows = {}
     for r in range(1, rounds + 1):
@@ -91,8 +102,10 @@ def table(prefix, col):
 plait, gloo = table("plait", 7), table("peer", 7 if peer == "encrypted" else 11)
 name = "Plait+TLS" if peer == "encrypted" else "Gloo"
 print("# medians of %d rounds, busbw GB/s" % rounds)
-print("%12s %10s %10s %8s" % ("size (B)", "Plait", name, "P/peer"))
+print("# iperf3: %.2f GB/s one way, %.2f GB/s per direction both ways at once" % (one, two))
+print("%12s %10s %10s %8s %9s %9s" % ("size (B)", "Plait", name, "P/peer", "P/1-way", "P/2-way"))
 for size in sorted(plait):
     g = gloo.get(size)
-    print("%12d %10.3f %10s %8s" % (size, plait[size], "%.3f" % g if g else "-", "%.2f" % (plait[size] / g) if g else "-"))
+    print("%12d %10.3f %10s %8s %9.2f %9.2f" % (size, plait[size], "%.3f" % g if g else "-",
+          "%.2f" % (plait[size] / g) if g else "-", plait[size] / one, plait[size] / two))
 EOF
