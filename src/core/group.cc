@@ -9,7 +9,6 @@ namespace plait::group {
 namespace {
 
 struct ThreadGroup {
-  int depth = 0;
   std::vector<PendingOp> ops;
   std::vector<std::pair<const void*, std::function<Status()>>> setups;  // (communicator, call)
   Status firstError;
@@ -18,14 +17,21 @@ struct ThreadGroup {
 // The default TLS model (see base/log.cc): initial-exec saved a
 // __tls_get_addr call per operation but made the library fail to load with
 // dlopen() in processes such as Python with torch ("cannot allocate memory in
-// static TLS block").
+// static TLS block"). TLS descriptors (-mtls-dialect=gnu2) were tried: glibc
+// before 2.40 (BZ #31372) clobbers vector registers in the descriptors'
+// dynamic path, which a library loaded by dlopen takes, and clang 14 has no
+// such flag.
 thread_local ThreadGroup tls;
+// The nesting depth apart from the rest: a constant-initialised int needs no
+// thread-local constructor guard, and every operation asks for it
+// (ncclGroupStart/End nesting; 0: no group open).
+constinit thread_local int tlsDepth = 0;
 
 }  // namespace
 
-bool active() { return tls.depth > 0; }
-int depth() { return tls.depth; }
-void start() { ++tls.depth; }
+bool active() { return tlsDepth > 0; }
+int depth() { return tlsDepth; }
+void start() { ++tlsDepth; }
 const std::vector<PendingOp>& pending() { return tls.ops; }
 
 void enqueue(ncclComm_t comm, const Task& task) { tls.ops.push_back(PendingOp{comm, task}); }
@@ -65,8 +71,8 @@ void recordError(const Status& status) {
 }
 
 Status end(const std::function<Status(ncclComm_t, std::vector<Task>&)>& run) {
-  if (tls.depth == 0) return invalidUsage("ncclGroupEnd called without a matching ncclGroupStart");
-  if (--tls.depth > 0) return Status::ok();
+  if (tlsDepth == 0) return invalidUsage("ncclGroupEnd called without a matching ncclGroupStart");
+  if (--tlsDepth > 0) return Status::ok();
   std::vector<PendingOp> ops = std::move(tls.ops);
   tls.ops.clear();
   auto setups = std::move(tls.setups);
