@@ -27,8 +27,7 @@ ncclResult_t toResult(Code code) {
   return ncclInternalError;
 }
 
-ncclResult_t fail(const Status& status, const char* call) {
-  if (status.isOk()) return ncclSuccess;
+ncclResult_t failSlow(const Status& status, const char* call) {
   if (status.code() == Code::kInProgress) return ncclInProgress;
   tlsLastError = std::string(call) + ": " + status.message();
   PLAIT_WARN(kCall, "%s failed: %s", call, status.toString().c_str());
@@ -53,7 +52,7 @@ BoundaryError exceptionAtBoundary(const char* function) noexcept {
   return BoundaryError{result};
 }
 
-Status checkComm(ncclComm_t comm) {
+Status commError(ncclComm_t comm) {
   if (comm == nullptr) return invalidArgument("comm is NULL");
   if (comm->magic != ncclComm::kLive)
     return invalidArgument("comm is not a live communicator (destroyed, aborted, or never initialised)");
@@ -62,27 +61,21 @@ Status checkComm(ncclComm_t comm) {
   int init = comm->initState.load(std::memory_order_acquire);
   if (init == 1) return Status(Code::kInProgress, "comm is still initialising (non-blocking)");
   if (init == 2) return invalidUsage("comm failed to initialise: " + comm->initError.message());
-  return Status::ok();
+  return Status::ok();  // it became usable between the inline check and this one
 }
 
-Status checkType(ncclDataType_t type, const char* name) {
-  if (!isValidType(static_cast<int>(type)))
-    return invalidArgument(std::string(name) + " is " + std::to_string(static_cast<int>(type)) +
-                           ", not an ncclDataType_t (0.." + std::to_string(ncclNumTypes - 1) + ")");
-  return Status::ok();
+Status typeError(ncclDataType_t type, const char* name) {
+  if (isValidType(static_cast<int>(type))) return Status::ok();
+  return invalidArgument(std::string(name) + " is " + std::to_string(static_cast<int>(type)) +
+                         ", not an ncclDataType_t (0.." + std::to_string(ncclNumTypes - 1) + ")");
 }
 
-Status checkRoot(int root, int nranks, const char* name) {
-  if (root < 0 || root >= nranks)
-    return invalidArgument(std::string(name) + " is " + std::to_string(root) + ", outside [0, " +
-                           std::to_string(nranks) + ")");
-  return Status::ok();
+Status rootError(int root, int nranks, const char* name) {
+  return invalidArgument(std::string(name) + " is " + std::to_string(root) + ", outside [0, " +
+                         std::to_string(nranks) + ")");
 }
 
-Status checkBuffer(const void* ptr, size_t count, const char* name) {
-  if (count > 0 && ptr == nullptr) return invalidArgument(std::string(name) + " is NULL with count > 0");
-  return Status::ok();
-}
+Status bufferError(const char* name) { return invalidArgument(std::string(name) + " is NULL with count > 0"); }
 
 Status placeTask(ncclComm_t comm, std::span<const UsedBuffer> used, cudaStream_t stream, Task* task) {
   HostStream* hostStream = stream != nullptr ? HostStream::fromHandle(stream) : nullptr;

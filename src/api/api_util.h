@@ -60,8 +60,12 @@ struct ncclComm {
 namespace plait::api {
 
 // Records the message for ncclGetLastError, logs it at WARN once, and maps
-// the code to ncclResult_t.
-ncclResult_t fail(const Status& status, const char* call);
+// the code to ncclResult_t. Inline: every call returns through it, and the
+// success path is one test.
+ncclResult_t failSlow(const Status& status, const char* call);
+inline ncclResult_t fail(const Status& status, const char* call) {
+  return status.isOk() ? ncclSuccess : failSlow(status, call);
+}
 ncclResult_t toResult(Code code);
 const char* lastError();
 
@@ -112,11 +116,34 @@ bool backgroundPending(ncclComm_t comm, Status* firstError);
 // Waits for background work (destroy and abort, after the abort flag).
 void stopBackground(ncclComm_t comm);
 
-// Argument checks; each names the argument and its value.
-Status checkComm(ncclComm_t comm);           // live and initialised
-Status checkType(ncclDataType_t type, const char* name = "datatype");
-Status checkRoot(int root, int nranks, const char* name = "root");
-Status checkBuffer(const void* ptr, size_t count, const char* name);
+// Argument checks; each names the argument and its value. The checks are
+// inline and build their error in the out-of-line *Error function, so a
+// valid argument costs a compare or two (they run on every call).
+Status commError(ncclComm_t comm);
+Status typeError(ncclDataType_t type, const char* name);
+Status rootError(int root, int nranks, const char* name);
+Status bufferError(const char* name);
+inline Status checkComm(ncclComm_t comm) {  // live and initialised
+  if (comm != nullptr && comm->magic == ncclComm::kLive && comm->closing.load(std::memory_order_acquire) == 0 &&
+      comm->initState.load(std::memory_order_acquire) == 0) [[likely]]
+    return Status::ok();
+  return commError(comm);
+}
+inline Status checkType(ncclDataType_t type, const char* name = "datatype") {
+  if (static_cast<int>(type) >= 0 && static_cast<int>(type) < ncclNumTypes) [[likely]]
+    return Status::ok();
+  return typeError(type, name);
+}
+inline Status checkRoot(int root, int nranks, const char* name = "root") {
+  if (root >= 0 && root < nranks) [[likely]]
+    return Status::ok();
+  return rootError(root, nranks, name);
+}
+inline Status checkBuffer(const void* ptr, size_t count, const char* name) {
+  if (count == 0 || ptr != nullptr) [[likely]]
+    return Status::ok();
+  return bufferError(name);
+}
 // A buffer an operation reads or writes on this rank (count in elements).
 struct UsedBuffer {
   const void* ptr;

@@ -103,7 +103,7 @@ ncclResult_t collective(ncclComm_t comm, const CollCall& c, size_t sendMult, siz
     if (s.isOk()) s = placeTask(comm, used, stream, &task);
   }
   if (s.isOk() && c.reduces) s = resolveOp(comm, static_cast<ncclRedOp_t>(c.op), c.type, &task);
-  if (s.isOk()) s = applyCollConfig(config, &task);
+  if (s.isOk() && config != nullptr) s = applyCollConfig(config, &task);
   if (!s.isOk()) return rejected(s, c.name);
   task.root = c.root;
   task.peer = c.peer;
