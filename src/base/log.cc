@@ -21,12 +21,17 @@ PLAIT_PARAM_STRING(kDebugSubsys, "DEBUG_SUBSYS", "INIT,ENV",
 PLAIT_PARAM_STRING(kDebugFile, "DEBUG_FILE", "", "log file name; %h is the host name, %p the pid (default stderr)");
 
 struct State {
-  std::atomic<int> level{-1};  // -1: not read yet
   std::atomic<uint32_t> mask{0};
   std::mutex mu;
   FILE* out = nullptr;
   char host[64] = {0};
 };
+
+}  // namespace
+
+std::atomic<int> detail::gLevel{-1};
+
+namespace {
 
 State& state() {
   static State s;
@@ -70,7 +75,7 @@ uint32_t parseSubsys(const std::string& text) {
 void init() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (s.level.load(std::memory_order_relaxed) >= 0) return;
+  if (detail::gLevel.load(std::memory_order_relaxed) >= 0) return;
   gethostname(s.host, sizeof(s.host) - 1);
   if (char* dot = std::strchr(s.host, '.')) *dot = 0;
   std::string file = kDebugFile.get();
@@ -91,7 +96,7 @@ void init() {
     if (FILE* f = std::fopen(name.c_str(), "a")) s.out = f;
   }
   s.mask.store(parseSubsys(kDebugSubsys.get()), std::memory_order_relaxed);
-  s.level.store(static_cast<int>(parseLevel(kDebug.get())), std::memory_order_release);
+  detail::gLevel.store(static_cast<int>(parseLevel(kDebug.get())), std::memory_order_release);
 }
 
 const char* levelName(Level lvl) {
@@ -108,15 +113,15 @@ const char* levelName(Level lvl) {
 }  // namespace
 
 Level level() {
-  int lvl = state().level.load(std::memory_order_acquire);
+  int lvl = detail::gLevel.load(std::memory_order_acquire);
   if (lvl < 0) {
     init();
-    lvl = state().level.load(std::memory_order_acquire);
+    lvl = detail::gLevel.load(std::memory_order_acquire);
   }
   return static_cast<Level>(lvl);
 }
 
-bool enabled(Level lvl, uint32_t subsys) {
+bool detail::enabledSlow(Level lvl, uint32_t subsys) {
   Level configured = level();
   if (static_cast<int>(lvl) > static_cast<int>(configured)) return false;
   // Warnings are shown whatever the subsystem mask says, as in NCCL.
@@ -155,7 +160,7 @@ void reset() {
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.out && s.out != stderr) std::fclose(s.out);
   s.out = nullptr;
-  s.level.store(-1, std::memory_order_release);
+  detail::gLevel.store(-1, std::memory_order_release);
 }
 
 ScopedLogRank::ScopedLogRank(int rank) : previous_(tlsRank) { tlsRank = rank; }

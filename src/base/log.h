@@ -36,7 +36,21 @@ enum Subsys : uint32_t {
 
 // The configured level (reads the environment on first use).
 Level level();
-bool enabled(Level lvl, uint32_t subsys);
+namespace detail {
+// The configured Level; -1 until read (log.cc). Hidden: libplait and
+// libnccl.so.2 each hold one, and one process may load both; an exported
+// variable would be interposed (the second library would see the first's
+// level as read and never set up its own output).
+extern std::atomic<int> gLevel __attribute__((visibility("hidden")));
+bool enabledSlow(Level lvl, uint32_t subsys);
+}  // namespace detail
+// Inline: the hot paths ask on every call, and with the level read and
+// below `lvl` (INFO off, the usual case) the answer is one compare.
+inline bool enabled(Level lvl, uint32_t subsys) {
+  const int configured = detail::gLevel.load(std::memory_order_relaxed);
+  if (configured >= 0 && static_cast<int>(lvl) > configured) return false;
+  return detail::enabledSlow(lvl, subsys);
+}
 // `file` may be null (a net plugin's logger call): printed as "?".
 void write(Level lvl, uint32_t subsys, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 5, 6)));

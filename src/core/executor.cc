@@ -304,7 +304,7 @@ Status Communicator::execute(const Task& task) {
   if (reproducibleOrder(task)) return runReproducible(task, bytes);  // a fixed fold (core/reproducible.cc)
   const Plan plan = tuner_->plan(task, bytes);
   if (plan.refused) return unrunnableSelection(task, bytes);
-  logPlanOnce(task, bytes, plan);
+  if (log::enabled(log::Level::kInfo, log::kTuning)) logPlanOnce(task, bytes, plan);
   tagged(task, bytes, algorithmName(plan.algo));
   if (plan.algo == Algorithm::kOneShot) return runOneShot(task, bytes);  // core/one_shot.cc
   return runRingCollective(task, plan);
