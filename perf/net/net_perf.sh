@@ -10,7 +10,8 @@
 # iperf3 3.12's own --bidir drives both directions from one thread, so it
 # reads lower than two processes), then the Plait and Gloo tables (float32
 # sum) and a ratio table: Plait busbw / iperf3 one way, Plait busbw / iperf3
-# per direction both ways at once, Plait / Gloo per size. Environment: NCCL_NET (Socket default, or UCX), PLAIT_* tunables,
+# per direction both ways at once, Plait / Gloo per size. Environment:
+# NCCL_NET (Socket default, or UCX), PLAIT_* tunables,
 # ROUNDS (default 3: interleaved Plait/Gloo rounds, medians reported),
 # PEER=encrypted (compare with Plait itself under NCCL_ENCRYPTION_PSK, TLS
 # 1.3 on the bootstrap and every socket stream, instead of Gloo).
