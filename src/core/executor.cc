@@ -253,8 +253,8 @@ std::string deadPeersText(const std::vector<PeerProcess>& peers, const OpBoard* 
   return text;
 }
 
+// The caller asks log::enabled(kInfo, kTuning) first (it runs on every call).
 void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan) {
-  if (!log::enabled(log::Level::kInfo, log::kTuning)) return;
   const int bucket = bytes == 0 ? 0 : std::bit_width(bytes);
   uint64_t& seen = loggedSizes_[static_cast<int>(task.coll)];
   if (bucket < 64 && !(seen & (uint64_t(1) << bucket))) {
