@@ -36,6 +36,9 @@ struct PrimitivesConfig {
   size_t elemSize = 1;
   size_t sliceBytes = 0;         // bytes per FIFO step; ≤ the FIFO's step size
   bool nonTemporalOutput = false;  // stream stores into the user's output
+  // `src` already carries the PreMulSum scalar (a partial sum of this rank's
+  // own making, in the log-depth schedules): it is not applied again.
+  bool srcScaled = false;
 };
 
 class HostPrimitives {
@@ -43,7 +46,7 @@ class HostPrimitives {
   explicit HostPrimitives(const PrimitivesConfig& config)
       : cfg_(config),
         sliceElems_(config.sliceBytes / config.elemSize),
-        preOp_(config.op.kind == RedOpKind::kPreMulSum) {}
+        preOp_(config.op.kind == RedOpKind::kPreMulSum && !config.srcScaled) {}
 
   // next <- src
   bool send(const void* src, size_t n) { return run(n, false, true, src, nullptr, false); }
