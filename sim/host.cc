@@ -104,10 +104,18 @@ Result<CollectiveResult> simulateHostRanks(const HostRunSpec& s, CollType coll, 
   const Plan plan = tuner.plan(task, bytes);
   const bool oversubscribed = s.ranksPerHost * channels > s.cores;
   if (plan.algo == Algorithm::kOneShot) {  // in cache, all pairs at once: the tuner's own figure
-    r.timeUs = plan.predictedUs + (oversubscribed ? s.wakeUs - s.costs.hopUs : 0);
+    r.timeUs = plan.predictedUs + (oversubscribed ? s.wakeUs - tuner.handOffUs(coll) : 0);
     r.latencyUs = r.timeUs;
     r.channels = 1;
     r.plan = "oneshot";
+  } else if (plan.algo == Algorithm::kTree) {  // one channel over the mesh: the tuner's figure, wake-ups as the ring's
+    double hops = 0, perByte = 0;
+    tuner.treeShape(coll, &hops, &perByte);
+    r.timeUs = plan.predictedUs + (oversubscribed ? hops * (s.wakeUs - tuner.handOffUs(coll)) : 0);
+    r.latencyUs = s.costs.callUs + hops * (oversubscribed ? s.wakeUs : s.costs.hopUs);
+    r.channels = 1;
+    r.hops.pcie = hops;
+    r.plan = "tree";
   } else {
     ringOnHosts(s, graphs, coll, bytes, plan.nChannels, channels, oversubscribed, &r);
   }

@@ -80,7 +80,7 @@ Status applyCollConfig(const ncclCollConfig_t* given, Task* task) {
   if (sel.restricted && sel.algos == 0) {
     if (task->forceAlgos)
       return invalidUsage(std::string("config algSelection \"") + c.algSelection + "\" allows " +
-                          collName(task->coll) + " no algorithm Plait runs (ring, oneshot, direct, symmetric)");
+                          collName(task->coll) + " no algorithm Plait runs (ring, oneshot, tree, direct, symmetric)");
     PLAIT_INFO(kColl, "algSelection \"%s\" allows %s no algorithm Plait runs; forceAlgSelection=0: the tuner chooses",
                c.algSelection, collName(task->coll));
   } else if (sel.restricted) {

@@ -9,7 +9,7 @@
 namespace plait {
 namespace {
 
-constexpr uint8_t kAllAlgos = kAlgoRing | kAlgoOneShot | kAlgoDirect | kAlgoSymmetric;
+constexpr uint8_t kAllAlgos = kAlgoRing | kAlgoOneShot | kAlgoDirect | kAlgoSymmetric | kAlgoTree;
 
 struct NamedAlgo {
   const char* name;
@@ -19,7 +19,7 @@ constexpr std::array<NamedAlgo, 10> kAlgoNames{{{"ring", kAlgoRing},
                                                 {"oneshot", kAlgoOneShot},
                                                 {"direct", kAlgoDirect},
                                                 {"symmetric", kAlgoSymmetric},
-                                                {"tree", 0},
+                                                {"tree", kAlgoTree},
                                                 {"pat", 0},
                                                 {"nvls", 0},
                                                 {"nvlstree", 0},
@@ -77,7 +77,7 @@ Result<uint8_t> parseList(std::string_view list, const std::string& whole) {
       if (equalsNoCase(name, a.name)) found = &a;
     if (found == nullptr)
       return invalidArgument("algSelection \"" + whole + "\" names an unknown algorithm \"" + std::string(name) +
-                             "\" (Plait runs ring, oneshot, direct, symmetric; NCCL also names tree, pat, nvls, "
+                             "\" (Plait runs ring, oneshot, tree, direct, symmetric; NCCL also names pat, nvls, "
                              "nvlstree, collnetdirect, collnetchain)");
     named |= found->bits;
     ++count;

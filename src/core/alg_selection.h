@@ -3,9 +3,11 @@
 //   "ring"                          this list, for every collective
 //   "^oneshot,direct"               every algorithm but these
 //   "allreduce:ring;allgather:^direct"  per collective (others: unrestricted)
-// Names are case-insensitive. Plait runs ring, oneshot, direct and
-// symmetric (Task's kAlgo* bits); NCCL's tree, pat, nvls, nvlstree,
-// collnetdirect and collnetchain are accepted names that Plait never runs.
+// Names are case-insensitive. Plait runs ring, oneshot, tree (its
+// log-depth schedules: halving-doubling AllReduce, binomial Broadcast and
+// Reduce), direct and symmetric (Task's kAlgo* bits); NCCL's pat, nvls,
+// nvlstree, collnetdirect and collnetchain are accepted names that Plait
+// never runs.
 #pragma once
 
 #include <cstdint>

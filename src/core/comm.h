@@ -253,6 +253,8 @@ class Communicator {
   Status runOneShotLines(const Task& task, size_t bytes, ReduceCopyFn fn, bool preOp);
   Status runOneShotCopy(const Task& task);
   Status runOneShotReduce(const Task& task);
+  // Halving-doubling AllReduce, binomial-tree Broadcast and Reduce (core/log_depth.cc).
+  Status runLogDepth(const Task& task, const Plan& plan);
   // The reproducible mode (core/reproducible.cc, PLAIT_REPRODUCIBLE).
   // out = inputs[0] op inputs[1] op ... op inputs[n-1], left to right (or,
   // in the exact mode, their exact sum rounded once): the same on every rank

@@ -307,6 +307,7 @@ Status Communicator::execute(const Task& task) {
   if (log::enabled(log::Level::kInfo, log::kTuning)) logPlanOnce(task, bytes, plan);
   tagged(task, bytes, algorithmName(plan.algo));
   if (plan.algo == Algorithm::kOneShot) return runOneShot(task, bytes);  // core/one_shot.cc
+  if (plan.algo == Algorithm::kTree) return runLogDepth(task, plan);    // core/log_depth.cc
   return runRingCollective(task, plan);
 }
 
@@ -315,7 +316,8 @@ Status Communicator::unrunnableSelection(const Task& task, size_t bytes) const {
   return invalidUsage(std::string("algSelection allows ") + collName(task.coll) + " only " + algoNames(task.algos) +
                       ", and none of them can run this call of " + std::to_string(bytes) +
                       " bytes here (oneshot: AllReduce up to the mesh's message size, AllGather and ReduceScatter blocks "
-                      "and Broadcast and Reduce buffers up to 3 KiB, with every peer on the mesh; direct: "
+                      "and Broadcast and Reduce buffers up to 3 KiB, with every peer on the mesh; tree: AllReduce, Broadcast and "
+                      "Reduce with every peer on the mesh; direct: "
                       "buffers registered with ncclCommRegister; symmetric: device buffers in symmetric windows); "
                       "set forceAlgSelection=0 to let the tuner choose instead");
 }

@@ -71,6 +71,7 @@ enum : uint8_t {
   kAlgoOneShot = 2,    // host AllReduce: every rank pushes to every peer
   kAlgoDirect = 4,     // registered buffers read in place (core/direct.h)
   kAlgoSymmetric = 8,  // device buffers in symmetric windows (no FIFO)
+  kAlgoTree = 16,      // host log-depth schedules: halving-doubling AllReduce, binomial Broadcast and Reduce
 };
 
 }  // namespace plait

@@ -15,7 +15,8 @@ namespace {
 
 PLAIT_PARAM_STRING(kAlgo, "ALGO", "",
                    "algorithms the tuner may use, in NCCL_ALGO's syntax (\"ring\", \"^oneshot\", "
-                   "\"allreduce:ring;allgather:ring\"); Plait's are ring and oneshot (default: the cost model decides)");
+                   "\"allreduce:ring;allgather:ring\"); Plait's are ring, oneshot and tree (default: the cost model "
+                   "decides)");
 PLAIT_PARAM_STRING(kProto, "PROTO", "",
                    "protocols, in NCCL_PROTO's syntax (\"Simple\", \"^LL128\"); Plait runs only Simple, so a "
                    "setting that leaves it out is reported and ignored");
@@ -31,6 +32,7 @@ const char* algorithmName(Algorithm algo) {
     case Algorithm::kCopy: return "copy";
     case Algorithm::kOneShot: return "oneshot";
     case Algorithm::kRing: return "ring";
+    case Algorithm::kTree: return "tree";
   }
   return "unknown";
 }
@@ -77,7 +79,7 @@ Tuner::Tuner(const TunerInputs& inputs) : in_(inputs) {
   if (const std::string& proto = kProto.get(); !proto.empty()) checkProtocols(proto, kProto.source());
   const std::string& algo = kAlgo.get();
   if (algo.empty()) return;
-  // Per collective: what the setting allows of Plait's ring and one-shot
+  // Per collective: what the setting allows of Plait's ring, one-shot and tree
   // (direct and symmetric are the registered-buffer paths, not the tuner's).
   std::string refused;
   for (int c = 0; c <= static_cast<int>(CollType::kRecv); ++c) {
@@ -88,20 +90,76 @@ Tuner::Tuner(const TunerInputs& inputs) : in_(inputs) {
       return;
     }
     if (!sel->restricted) continue;
-    envAlgos_[c] = sel->algos & (kAlgoRing | kAlgoOneShot);
+    const CollType coll = static_cast<CollType>(c);
+    const bool hasTree = coll == CollType::kAllReduce || coll == CollType::kBroadcast || coll == CollType::kReduce;
+    envAlgos_[c] = sel->algos & (kAlgoRing | kAlgoOneShot | (hasTree ? kAlgoTree : 0));
     // AlltoAll, Gather, Scatter and Send/Recv are point-to-point: no tuner choice to restrict.
     const bool tuned = c <= static_cast<int>(CollType::kReduceScatter);
     if (envAlgos_[c] == 0 && tuned)
       refused += (refused.empty() ? "" : ", ") + std::string(collName(static_cast<CollType>(c)));
   }
   if (!refused.empty())
-    PLAIT_WARN(kTuning, "%s=\"%s\" allows %s none of Plait's algorithms (ring, oneshot); the tuner chooses there",
+    PLAIT_WARN(kTuning,
+               "%s=\"%s\" allows %s none of Plait's algorithms (ring, oneshot; tree for AllReduce, Broadcast and "
+               "Reduce); the tuner chooses there",
                kAlgo.source().c_str(), algo.c_str(), refused.c_str());
 }
 
-double Tuner::oneShotUs(size_t bytes) const {
+// A FIFO hand-off. With a core per rank, hopUs; when ranks share cores, a
+// hand-off of AllReduce, AllGather or ReduceScatter waits for the peer to be
+// scheduled, and the peer may be waiting on another: hopUs / share^2, a fit
+// to perf/host/log_depth.sh (the ring AllReduce at 4-32 KiB spends about
+// 1.5 us per hop at 4 ranks on 2 cores and 3.5-5 us at 8; this gives 1.3 and
+// 5.1). Broadcast and Reduce have no cycle (no rank waits for one that
+// waits for it), so calls overlap their hand-offs: hopUs (their chain took
+// 3.2 us per 4 KiB call through 7 hops at 8 ranks on 2 cores).
+double Tuner::handOffUs(CollType coll) const {
+  if (coll == CollType::kBroadcast || coll == CollType::kReduce) return in_.costs.hopUs;
+  return in_.costs.hopUs / (in_.cpuShare * in_.cpuShare);
+}
+
+// Its one hand-off (in oneShotUs) waits like any other when cores are shared.
+double Tuner::oneShotUs(CollType coll, size_t bytes) const {
   const HostCosts& c = in_.costs;
-  return c.oneShotUs + static_cast<double>(bytes) * in_.nranks / (c.oneShotBytesPerUs * in_.cpuShare);
+  return c.oneShotUs + (handOffUs(coll) - c.hopUs) +
+         static_cast<double>(bytes) * in_.nranks / (c.oneShotBytesPerUs * in_.cpuShare);
+}
+
+// Halving-doubling AllReduce: 2 log2(p) exchanges (p the largest power of
+// two in n) of about the ring's bytes, plus, when n is not one, a fold of
+// the whole buffer each way. Binomial Broadcast and Reduce: ceil(log2 n) hops, the root
+// moving the whole buffer once per child. One channel (the calling thread).
+// Hops and bytes per byte of the buffer on the critical path; false where no
+// log-depth schedule runs.
+bool Tuner::treeShape(CollType coll, double* hops, double* perByte) const {
+  const int n = in_.nranks;
+  if (!in_.fullMesh || in_.meshStepBytes == 0 || n < 2) return false;
+  int log2n = 0;
+  while ((1 << (log2n + 1)) <= n) ++log2n;
+  const bool pow2 = (1 << log2n) == n;
+  if (coll == CollType::kAllReduce) {
+    // The ring's bytes, and a tenth more: each exchange copies what it sends
+    // into the FIFO apart from reducing what it keeps, where the ring fuses
+    // the two (measured at one channel: 0.97x the ring's time at 8 ranks,
+    // 1.15x at 4, both 256 KiB on 2 cores, where hops weigh little).
+    const double p = 1 << log2n;
+    *hops = 2 * log2n + (pow2 ? 0 : 2);
+    *perByte = 1.1 * 2 * (p - 1) / p + (pow2 ? 0 : 2);
+    return true;
+  }
+  if (coll == CollType::kBroadcast || coll == CollType::kReduce) {
+    *hops = log2n + (pow2 ? 0 : 1);
+    *perByte = *hops;  // the root's children, one copy each
+    return true;
+  }
+  return false;
+}
+
+double Tuner::treeUs(CollType coll, size_t bytes) const {
+  double hops = 0, perByte = 0;
+  if (!treeShape(coll, &hops, &perByte)) return 1e30;
+  const HostCosts& c = in_.costs;
+  return c.callUs + hops * handOffUs(coll) + perByte * static_cast<double>(bytes) / (c.ringBytesPerUs * in_.cpuShare);
 }
 
 // Bytes each link carries and hand-offs on the critical path, per
@@ -110,7 +168,7 @@ double Tuner::oneShotUs(size_t bytes) const {
 double Tuner::ringUs(CollType coll, size_t bytes, int nChannels) const {
   const int n = in_.nranks;
   const HostCosts& c = in_.costs;
-  return c.callUs + ringSteps(coll, n) * c.hopUs +
+  return c.callUs + ringSteps(coll, n) * handOffUs(coll) +
          ringBytesPerLink(coll, n) * static_cast<double>(bytes) / (c.ringBytesPerUs * nChannels * in_.cpuShare);
 }
 
@@ -169,7 +227,7 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
   // to 512 bytes: beyond, a FIFO step's single copy beats the lines' per-line
   // work (perf/results/host/one_shot.md). A selection may still ask for it.
   const bool ringFirst = task.coll != CollType::kAllReduce && in_.nranks == 2 && message > 512;
-  const double tOne = oneShotFits ? oneShotUs(message) : 1e30;
+  const double tOne = oneShotFits ? oneShotUs(task.coll, message) : 1e30;
   auto oneShot = [&] {
     plan.algo = Algorithm::kOneShot;
     plan.predictedUs = tOne;
@@ -181,32 +239,39 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
   // the ring's fixed costs wins without the ring's plan being worked out
   // (a third of the tuner's time per small call).
   const bool unrestricted = task.algos == 0 && envAlgos_[static_cast<size_t>(task.coll)] == 0;
-  if (oneShotFits && unrestricted && !ringFirst &&
-      tOne <= in_.costs.callUs + ringSteps(task.coll, in_.nranks) * in_.costs.hopUs)
-    return oneShot();
+  if (oneShotFits && unrestricted && !ringFirst) {
+    double hops = ringSteps(task.coll, in_.nranks), treeHops = 0, perByte = 0;
+    if (treeShape(task.coll, &treeHops, &perByte)) hops = std::min(hops, treeHops);
+    if (tOne <= in_.costs.callUs + hops * handOffUs(task.coll)) return oneShot();
+  }
   const Plan ring = ringPlan(task, bytes);
-  bool ringOk = true, oneOk = oneShotFits && !ringFirst;
+  const double tTree = treeUs(task.coll, bytes);
+  // What can run this call, and what the tuner would pick from on its own.
+  const uint8_t fits = kAlgoRing | (oneShotFits ? kAlgoOneShot : 0) | (tTree < 1e30 ? kAlgoTree : 0);
+  uint8_t ok = fits & ~(ringFirst ? kAlgoOneShot : 0);
   if (task.algos != 0) {  // the call's own selection
-    ringOk = (task.algos & kAlgoRing) != 0;
-    oneOk = oneShotFits && (task.algos & kAlgoOneShot) != 0;
-    if (!ringOk && !oneOk) {
-      if (task.forceAlgos) {
-        plan.refused = true;
-        return plan;
-      }
-      ringOk = true;
-      oneOk = oneShotFits && !ringFirst;
+    if (const uint8_t sel = task.algos & fits; sel != 0) ok = sel;
+    else if (task.forceAlgos) {
+      plan.refused = true;
+      return plan;
     }
-  } else if (const uint8_t env = envAlgos_[static_cast<size_t>(task.coll)]; env != 0) {
+  } else if (const uint8_t env = envAlgos_[static_cast<size_t>(task.coll)]; (env & fits) != 0) {
     // PLAIT_ALGO / NCCL_ALGO: honoured where it leaves something runnable
     // (a one-shot selection for a size beyond the mesh runs the ring).
-    const bool ringEnv = (env & kAlgoRing) != 0, oneEnv = oneShotFits && (env & kAlgoOneShot) != 0;
-    if (ringEnv || oneEnv) {
-      ringOk = ringEnv;
-      oneOk = oneEnv;
-    }
+    ok = env & fits;
   }
-  if (oneOk && (!ringOk || tOne <= ring.predictedUs)) return oneShot();
+  // The cheapest allowed; ties go to the one-shot, then the ring.
+  const double tRing = (ok & kAlgoRing) ? ring.predictedUs : 1e30;
+  const double tO = (ok & kAlgoOneShot) ? tOne : 1e30, tT = (ok & kAlgoTree) ? tTree : 1e30;
+  if (tO < 1e30 && tO <= tRing && tO <= tT) return oneShot();
+  if (tT < tRing) {
+    plan.algo = Algorithm::kTree;
+    plan.predictedUs = tTree;
+    plan.sliceBytes = in_.meshStepBytes;
+    plan.chunkBytes = bytes;
+    plan.nonTemporal = ring.nonTemporal;
+    return plan;
+  }
   return ring;
 }
 
@@ -242,7 +307,7 @@ Plan Tuner::devicePlan(const Task& task, size_t bytes, int maxChannels) const {
   const int n = in_.nranks;
   const HopCounts hops = ringHops(ringSteps(task.coll, n), n, in_.nHosts > 1 ? in_.nHosts : 0, HopClass::kNvlink);
   plan.predictedUs = ringLatencyUs(Protocol::kSimple, hops) + ringUs(task.coll, bytes, plan.nChannels) -
-                     in_.costs.callUs - ringSteps(task.coll, n) * in_.costs.hopUs;
+                     in_.costs.callUs - ringSteps(task.coll, n) * handOffUs(task.coll);
   fillRingSlicing(std::max<size_t>(1, bytes / n / plan.nChannels), bytes, &plan);
   return plan;
 }

@@ -23,6 +23,7 @@ enum class Algorithm : uint8_t {
   kCopy,     // one rank: a local copy (with the op's pre/post scaling)
   kOneShot,  // every rank pushes its input to every peer, then reduces locally
   kRing,     // pipelined ring (reduce-scatter + all-gather for AllReduce)
+  kTree,     // log-depth over the mesh: halving-doubling AllReduce, binomial Broadcast and Reduce
 };
 
 const char* algorithmName(Algorithm algo);
@@ -73,11 +74,17 @@ class Tuner {
   // per 256 KiB of the buffer, at most `maxChannels` (the device channels the
   // communicator connected); slices and chunks as the host's.
   Plan devicePlan(const Task& task, size_t bytes, int maxChannels) const;
+  // The log-depth schedules (core/log_depth.cc): their hops and bytes per
+  // buffer byte on the critical path; false where none runs.
+  bool treeShape(CollType coll, double* hops, double* perByte) const;
+  // What one FIFO hand-off of `coll` costs here (more when ranks share cores).
+  double handOffUs(CollType coll) const;
   // Predicted time in microseconds of the plan chosen for this task.
   double estimateUs(const Task& task, size_t bytes) const { return plan(task, bytes).predictedUs; }
 
  private:
-  double oneShotUs(size_t bytes) const;
+  double oneShotUs(CollType coll, size_t bytes) const;
+  double treeUs(CollType coll, size_t bytes) const;  // 1e30 where no log-depth schedule runs
   double ringUs(CollType coll, size_t bytes, int nChannels) const;
   size_t hostSliceShare(CollType coll, size_t bytes, int nChannels) const;
   // Slice and chunk sizes from a rank's share of a channel (`perRank`).
@@ -86,7 +93,7 @@ class Tuner {
   static int boundedChannels(const Task& task, int channels, int most);
 
   TunerInputs in_;
-  // kAlgo* bits (ring, one-shot) PLAIT_ALGO / NCCL_ALGO allows each
+  // kAlgo* bits (ring, one-shot, tree) PLAIT_ALGO / NCCL_ALGO allows each
   // collective, by CollType; 0: unrestricted (or nothing Plait runs).
   std::array<uint8_t, 10> envAlgos_{};
 };

@@ -130,14 +130,22 @@ TEST_CASE("nccl*Config: every collective with no config and with the initializer
 TEST_CASE("nccl*Config: a forced selection the call cannot honour is ncclInvalidUsage; unforced, the tuner chooses",
           "[config]") {
   ncclCollConfig_t c = NCCL_COLLCONFIG_INITIALIZER;
-  SECTION("NCCL's tree: Plait runs none") {
-    c.algSelection = "tree";
+  SECTION("NCCL's pat: Plait runs none") {
+    c.algSelection = "pat";
     for (const Outcome& o : allReduceWith(c)) {
       CHECK(o.result == ncclInvalidUsage);
-      CHECK_THAT(o.error, Catch::Contains("algSelection \"tree\" allows AllReduce no algorithm Plait runs"));
+      CHECK_THAT(o.error, Catch::Contains("algSelection \"pat\" allows AllReduce no algorithm Plait runs"));
     }
     c.forceAlgSelection = 0;
     for (const Outcome& o : allReduceWith(c)) CHECK(o.result == ncclSuccess);
+  }
+  SECTION("tree: AllReduce runs halving-doubling (the sum is checked); AllGather has no tree") {
+    c.algSelection = "tree";
+    for (const Outcome& o : allReduceWith(c)) CHECK(o.result == ncclSuccess);
+    for (const Outcome& o : allReduceWith(c, kCount, ncclAllGatherConfig)) {
+      CHECK(o.result == ncclInvalidUsage);
+      CHECK_THAT(o.error, Catch::Contains("algSelection allows AllGather only tree"));
+    }
   }
   SECTION("oneshot for AllGather: blocks beyond a line message (3 KiB) cannot have it") {
     c.algSelection = "oneshot";

@@ -241,16 +241,53 @@ std::string tunerWarnings(const char* name, const char* value) {
   return text;
 }
 
-TEST_CASE("ranks that share cores price copies higher, the one-shot's n reads most", "[tuner]") {
-  // 4 ranks on 2 cores (perf/host/calibrate.sh's runs: one-shot ahead at 4-8 KiB, the ring at 16-32 KiB).
+TEST_CASE("ranks that share cores price copies and hand-offs higher, the one-shot's n reads most", "[tuner]") {
+  // 4 ranks on 2 cores (perf/host/log_depth.sh, 2026-11-29: the one-shot ahead at 4-16 KiB, the three within
+  // noise of each other at 32-64 KiB, the ring ahead from 256 KiB).
   CHECK(planWith(kHostCosts, 8 << 10, CollType::kAllReduce, 4, 0.5).algo == Algorithm::kOneShot);
-  CHECK(planWith(kHostCosts, 16 << 10, CollType::kAllReduce, 4, 0.5).algo == Algorithm::kRing);
-  CHECK(planWith(kHostCosts, 32 << 10, CollType::kAllReduce, 4, 0.5).algo == Algorithm::kRing);
+  CHECK(planWith(kHostCosts, 16 << 10, CollType::kAllReduce, 4, 0.5).algo == Algorithm::kOneShot);
+  CHECK(planWith(kHostCosts, 256 << 10, CollType::kAllReduce, 4, 0.5).algo == Algorithm::kRing);
   // A core each: one-shot up to the mesh step.
   CHECK(planWith(kHostCosts, 16 << 10, CollType::kAllReduce, 4, 1).algo == Algorithm::kOneShot);
-  // Latency terms do not scale: at 8 B only the byte terms would, and they are nothing.
+  // At 8 B the byte terms are nothing: what is left is the one-shot's hand-off, hopUs / share^2 when shared.
   CHECK(planWith(kHostCosts, 8, CollType::kAllReduce, 4, 0.5).predictedUs ==
-        Approx(planWith(kHostCosts, 8, CollType::kAllReduce, 4, 1).predictedUs).epsilon(0.01));
+        Approx(planWith(kHostCosts, 8, CollType::kAllReduce, 4, 1).predictedUs + 3 * kHostCosts.hopUs)
+            .epsilon(0.01));
+}
+
+TEST_CASE("the log-depth schedules: halving-doubling where the ring's hops cost most", "[tuner]") {
+  // 8 ranks on 2 cores (perf/host/log_depth.sh): the one-shot at 4 KiB; halving-doubling at 32-64 KiB, where
+  // it took 0.63-0.75x the ring's time and the one-shot's; the ring (or its channels) beyond.
+  CHECK(planWith(kHostCosts, 4 << 10, CollType::kAllReduce, 8, 0.25).algo == Algorithm::kOneShot);
+  CHECK(planWith(kHostCosts, 32 << 10, CollType::kAllReduce, 8, 0.25).algo == Algorithm::kTree);
+  CHECK(planWith(kHostCosts, 64 << 10, CollType::kAllReduce, 8, 0.25).algo == Algorithm::kTree);
+  CHECK(planWith(kHostCosts, 1 << 20, CollType::kAllReduce, 8, 0.25).algo == Algorithm::kRing);
+  // A core each: hops are cheap, the ring's fused passes win sooner.
+  CHECK(planWith(kHostCosts, 256 << 10, CollType::kAllReduce, 8, 1).algo == Algorithm::kRing);
+  // The binomial trees lost to the chains at every size at 4 and 8 ranks: never the tuner's choice here.
+  for (CollType rooted : {CollType::kBroadcast, CollType::kReduce})
+    for (size_t bytes : {size_t(4) << 10, size_t(64) << 10, size_t(1) << 20})
+      CHECK(planWith(kHostCosts, bytes, rooted, 8, 0.25).algo == Algorithm::kRing);
+  // A selection gets them, at any size and rank count; AllGather has none (forced: refused).
+  CHECK(planWith(kHostCosts, 1 << 20, CollType::kBroadcast, 4, 0.5, kAlgoTree).algo == Algorithm::kTree);
+  CHECK(planWith(kHostCosts, 100, CollType::kReduce, 3, 1, kAlgoTree).algo == Algorithm::kTree);
+  CHECK(planWith(kHostCosts, 1 << 20, CollType::kAllGather, 4, 0.5, kAlgoTree).refused);
+  {
+    test::ScopedEnv algo("PLAIT_ALGO", "tree");
+    CHECK(planWith(kHostCosts, 64, CollType::kAllReduce, 2).algo == Algorithm::kTree);
+    CHECK(planWith(kHostCosts, 1 << 20, CollType::kAllGather, 4).algo == Algorithm::kRing);  // none: the tuner's
+  }
+  // Only with every peer on the mesh.
+  TunerInputs ti;
+  ti.nranks = 8;
+  ti.nLocalRanks = 4;
+  ti.nChannels = 1;
+  ti.ringStepBytes = 128 << 10;
+  ti.meshStepBytes = 32 << 10;
+  ti.fullMesh = false;
+  Task task;
+  task.algos = kAlgoTree;
+  CHECK(Tuner(ti).plan(task, 64 << 10).refused);
 }
 
 TEST_CASE("the chains (Broadcast, Reduce) slice their whole buffer, the others one block", "[tuner]") {
@@ -316,7 +353,7 @@ TEST_CASE("PLAIT_ALGO takes NCCL_ALGO's syntax, per collective too", "[tuner]") 
   {
     test::ScopedEnv algo("PLAIT_ALGO", "^ring");
     CHECK(planWith(kHostCosts, 16 << 10).algo == Algorithm::kOneShot);
-    CHECK(planWith(kHostCosts, 1 << 20).algo == Algorithm::kRing);  // one-shot cannot take 1 MiB: the ring does
+    CHECK(planWith(kHostCosts, 1 << 20).algo == Algorithm::kTree);  // one-shot cannot take 1 MiB: halving-doubling
     CHECK(planWith(kHostCosts, 1 << 20, CollType::kAllGather).algo == Algorithm::kRing);
   }
   {
@@ -328,15 +365,18 @@ TEST_CASE("PLAIT_ALGO takes NCCL_ALGO's syntax, per collective too", "[tuner]") 
 TEST_CASE("NCCL_ALGO and NCCL_PROTO settings Plait cannot honour are said and ignored", "[tuner]") {
   CHECK(tunerWarnings("PLAIT_ALGO", "ring") == "");
   const std::string tree = tunerWarnings("NCCL_ALGO", "Tree");
-  CHECK(contains(tree, "NCCL_ALGO=\"Tree\" allows AllReduce, Broadcast, Reduce, AllGather, ReduceScatter none"));
-  CHECK(contains(tree, "none of Plait's algorithms (ring, oneshot); the tuner chooses there"));
+  CHECK(contains(tree, "NCCL_ALGO=\"Tree\" allows AllGather, ReduceScatter none"));
+  CHECK(contains(tree, "none of Plait's algorithms (ring, oneshot; tree for AllReduce, Broadcast and Reduce); the "
+                       "tuner chooses there"));
+  const std::string pat = tunerWarnings("NCCL_ALGO", "PAT");
+  CHECK(contains(pat, "NCCL_ALGO=\"PAT\" allows AllReduce, Broadcast, Reduce, AllGather, ReduceScatter none"));
   CHECK(contains(tunerWarnings("PLAIT_ALGO", "ring,bogus"), "unknown algorithm \"bogus\""));
   for (const char* fine : {"Simple", "^LL,LL128", "simple, LL"}) CHECK(tunerWarnings("NCCL_PROTO", fine) == "");
   CHECK(contains(tunerWarnings("NCCL_PROTO", "LL128"), "NCCL_PROTO=\"LL128\" leaves out Simple, the only protocol"));
   CHECK(contains(tunerWarnings("NCCL_PROTO", "^Simple"), "leaves out Simple"));
   CHECK(contains(tunerWarnings("PLAIT_PROTO", "Simple,LLL"), "unknown protocol \"LLL\""));
   // Either way the tuner still plans: the cost model's choice.
-  test::ScopedEnv tree2("NCCL_ALGO", "Tree");
+  test::ScopedEnv pat2("NCCL_ALGO", "PAT");
   CHECK(planWith(kHostCosts, 64).algo == Algorithm::kOneShot);
 }
 
