@@ -59,14 +59,26 @@ PLAIT_HOST_DEVICE inline int childCount(int v, int n) {
 PLAIT_HOST_DEVICE inline int childOf(int v, int i) { return v + (firstChildStep(v) << i); }
 PLAIT_HOST_DEVICE inline int toRank(int v, int root, int n) { return (v + root) % n; }
 
+// A rank's place in the tree: its number relative to the root, its child
+// count and its parent's rank (-1 at the root).
+struct Node {
+  int v = 0, children = 0, parent = -1;
+};
+PLAIT_HOST_DEVICE inline Node nodeOf(const BinomialTreeArgs& a) {
+  Node node;
+  node.v = (a.rank - a.root + a.nranks) % a.nranks;
+  node.children = childCount(node.v, a.nranks);
+  node.parent = node.v == 0 ? -1 : toRank(parentOf(node.v), a.root, a.nranks);
+  return node;
+}
+
 }  // namespace tree
 
 template <class Links>
 PLAIT_HOST_DEVICE bool binomialBroadcast(Links& links, const BinomialTreeArgs& a) {
   const int n = a.nranks;
-  const int v = (a.rank - a.root + n) % n;
-  const int k = tree::childCount(v, n);
-  const int parent = v == 0 ? -1 : tree::toRank(tree::parentOf(v), a.root, n);
+  const tree::Node node = tree::nodeOf(a);
+  const int v = node.v, k = node.children, parent = node.parent;
   // Slot i + 1 sends to child i (largest subtree first: i = k-1 .. 0); slot 0
   // receives from the parent and feeds the largest child in the same pass.
   const int first = k > 0 ? tree::toRank(tree::childOf(v, k - 1), a.root, n) : -1;
@@ -88,9 +100,8 @@ PLAIT_HOST_DEVICE bool binomialBroadcast(Links& links, const BinomialTreeArgs& a
 template <class Links>
 PLAIT_HOST_DEVICE bool binomialReduce(Links& links, const BinomialTreeArgs& a) {
   const int n = a.nranks;
-  const int v = (a.rank - a.root + n) % n;
-  const int k = tree::childCount(v, n);
-  const int parent = v == 0 ? -1 : tree::toRank(tree::parentOf(v), a.root, n);
+  const tree::Node node = tree::nodeOf(a);
+  const int v = node.v, k = node.children, parent = node.parent;
   for (size_t off = 0; off < a.count; off += a.sliceElems) {
     const size_t m = a.count - off < a.sliceElems ? a.count - off : a.sliceElems;
     const size_t b = off * a.elemSize;

@@ -31,7 +31,7 @@ def main():
     labels = [c.split("=")[0] for c in configs]
     print(f"# `{script}` ({rounds} interleaved rounds, medians): time per call in us (out of place); "
           f"in brackets each configuration's time over `{labels[0]}`'s\n")
-    for n in (2, 4):
+    for n in [int(x) for x in os.environ.get("INTERLEAVE_RANKS", "2 4").split()]:
         for tool in tools:
             med = {}
             for label in labels:

@@ -138,13 +138,13 @@ bool Tuner::treeShape(CollType coll, double* hops, double* perByte) const {
   while ((1 << (log2n + 1)) <= n) ++log2n;
   const bool pow2 = (1 << log2n) == n;
   if (coll == CollType::kAllReduce) {
-    // The ring's bytes, and a tenth more: each exchange copies what it sends
+    // The ring's bytes, and 15% more: each exchange copies what it sends
     // into the FIFO apart from reducing what it keeps, where the ring fuses
-    // the two (measured at one channel: 0.97x the ring's time at 8 ranks,
-    // 1.15x at 4, both 256 KiB on 2 cores, where hops weigh little).
+    // the two (perf/results/host/log_depth.md, 256 KiB on 2 cores, where hops
+    // weigh little: 1.12x the ring's time at 8 ranks, 1.44x at 4).
     const double p = 1 << log2n;
     *hops = 2 * log2n + (pow2 ? 0 : 2);
-    *perByte = 1.1 * 2 * (p - 1) / p + (pow2 ? 0 : 2);
+    *perByte = 1.15 * 2 * (p - 1) / p + (pow2 ? 0 : 2);
     return true;
   }
   if (coll == CollType::kBroadcast || coll == CollType::kReduce) {

@@ -256,12 +256,12 @@ TEST_CASE("ranks that share cores price copies and hand-offs higher, the one-sho
 }
 
 TEST_CASE("the log-depth schedules: halving-doubling where the ring's hops cost most", "[tuner]") {
-  // 8 ranks on 2 cores (perf/host/log_depth.sh): the one-shot at 4 KiB; halving-doubling at 32-64 KiB, where
-  // it took 0.63-0.75x the ring's time and the one-shot's; the ring (or its channels) beyond.
+  // 8 ranks on 2 cores (perf/results/host/log_depth.md): the one-shot at 4 KiB; halving-doubling at 32-64 KiB,
+  // where it took 0.63-0.75x the ring's time and the one-shot's; the ring from 256 KiB.
   CHECK(planWith(kHostCosts, 4 << 10, CollType::kAllReduce, 8, 0.25).algo == Algorithm::kOneShot);
   CHECK(planWith(kHostCosts, 32 << 10, CollType::kAllReduce, 8, 0.25).algo == Algorithm::kTree);
   CHECK(planWith(kHostCosts, 64 << 10, CollType::kAllReduce, 8, 0.25).algo == Algorithm::kTree);
-  CHECK(planWith(kHostCosts, 1 << 20, CollType::kAllReduce, 8, 0.25).algo == Algorithm::kRing);
+  CHECK(planWith(kHostCosts, 256 << 10, CollType::kAllReduce, 8, 0.25).algo == Algorithm::kRing);
   // A core each: hops are cheap, the ring's fused passes win sooner.
   CHECK(planWith(kHostCosts, 256 << 10, CollType::kAllReduce, 8, 1).algo == Algorithm::kRing);
   // The binomial trees lost to the chains at every size at 4 and 8 ranks: never the tuner's choice here.
