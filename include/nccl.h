@@ -196,9 +196,10 @@ typedef struct ncclCollConfig_v23200 {
   int cgaClusterSize;
   /* Algorithms the call may use, in NCCL_ALGO's syntax ("ring", "^tree",
    * "allreduce:ring;broadcast:ring"); NULL or "" lets the tuner choose.
-   * Plait runs ring and oneshot (host AllReduce), direct (registered
-   * buffers) and symmetric (device windows); NCCL's other names parse but
-   * Plait runs none of them. */
+   * Plait runs ring, oneshot and tree (host buffers: one-shots for small
+   * messages; halving-doubling AllReduce, binomial Broadcast and Reduce),
+   * direct (registered buffers) and symmetric (device windows); NCCL's
+   * other names parse but Plait runs none of them. */
   const char* algSelection;
   int forceAlgSelection;      /* 1 (default): a selection the call cannot honour is an error */
   int CTAPolicy;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # perf/host/log_depth.sh [BIN] [ROUNDS] [CONFIGS] — the log-depth schedules
 # (PLAIT_ALGO=tree: halving-doubling AllReduce, binomial Broadcast and
-# Reduce, core/log_depth.cc) against the ring and one-shot the tuner had
-# before them (PLAIT_ALGO=^tree) and the tuner's own choice now, local
+# Reduce, core/log_depth.cc) against the ring and one-shot alone
+# (PLAIT_ALGO=^tree, priced as now: with ranks sharing cores the hand-off
+# price changed with the trees) and the tuner's own choice, local
 # processes, out of place. CONFIGS as interleave.sh's (default
 # "ring=PLAIT_ALGO=^tree tree=PLAIT_ALGO=tree tuner=PLAIT_ALGO=");
 # ranks INTERLEAVE_RANKS (default "4 8"), 4 KiB - 4 MiB, 200 calls per size,

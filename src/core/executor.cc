@@ -317,7 +317,7 @@ Status Communicator::unrunnableSelection(const Task& task, size_t bytes) const {
                       ", and none of them can run this call of " + std::to_string(bytes) +
                       " bytes here (oneshot: AllReduce up to the mesh's message size, AllGather and ReduceScatter blocks "
                       "and Broadcast and Reduce buffers up to 3 KiB, with every peer on the mesh; tree: AllReduce, Broadcast and "
-                      "Reduce with every peer on the mesh; direct: "
+                      "Reduce on host buffers with every peer on the mesh; direct: "
                       "buffers registered with ncclCommRegister; symmetric: device buffers in symmetric windows); "
                       "set forceAlgSelection=0 to let the tuner choose instead");
 }

@@ -239,16 +239,19 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
   // the ring's fixed costs wins without the ring's plan being worked out
   // (a third of the tuner's time per small call).
   const bool unrestricted = task.algos == 0 && envAlgos_[static_cast<size_t>(task.coll)] == 0;
+  // The binomial trees (Broadcast, Reduce) lost to the chains at every size
+  // measured (perf/results/host/log_depth.md): only a selection runs them.
+  const bool treeByDefault = task.coll == CollType::kAllReduce;
   if (oneShotFits && unrestricted && !ringFirst) {
     double hops = ringSteps(task.coll, in_.nranks), treeHops = 0, perByte = 0;
-    if (treeShape(task.coll, &treeHops, &perByte)) hops = std::min(hops, treeHops);
+    if (treeByDefault && treeShape(task.coll, &treeHops, &perByte)) hops = std::min(hops, treeHops);
     if (tOne <= in_.costs.callUs + hops * handOffUs(task.coll)) return oneShot();
   }
   const Plan ring = ringPlan(task, bytes);
   const double tTree = treeUs(task.coll, bytes);
   // What can run this call, and what the tuner would pick from on its own.
   const uint8_t fits = kAlgoRing | (oneShotFits ? kAlgoOneShot : 0) | (tTree < 1e30 ? kAlgoTree : 0);
-  uint8_t ok = fits & ~(ringFirst ? kAlgoOneShot : 0);
+  uint8_t ok = fits & ~((ringFirst ? kAlgoOneShot : 0) | (treeByDefault ? 0 : kAlgoTree));
   if (task.algos != 0) {  // the call's own selection
     if (const uint8_t sel = task.algos & fits; sel != 0) ok = sel;
     else if (task.forceAlgos) {
@@ -257,7 +260,7 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
     }
   } else if (const uint8_t env = envAlgos_[static_cast<size_t>(task.coll)]; (env & fits) != 0) {
     // PLAIT_ALGO / NCCL_ALGO: honoured where it leaves something runnable
-    // (a one-shot selection for a size beyond the mesh runs the ring).
+    // (a one-shot selection for a size beyond the mesh: the tuner chooses).
     ok = env & fits;
   }
   // The cheapest allowed; ties go to the one-shot, then the ring.

@@ -54,8 +54,9 @@ struct TunerInputs {
   HostCosts costs = kHostCosts;  // the host model's numbers (PLAIT_HOST_COSTS: core/host_costs.h)
   // The share of a core each local rank gets: below 1 when ranks outnumber
   // cores. Copies and reductions are CPU work, so the byte terms divide by
-  // it; hand-offs do not (the one-shot, n reads per rank, then costs more
-  // than the ring, about two per rank).
+  // it (the one-shot, n reads per rank, then costs more than the ring, about
+  // two per rank); hand-offs of AllReduce, AllGather and ReduceScatter cost
+  // hopUs / share^2 (Tuner::handOffUs).
   double cpuShare = 1;
 };
 

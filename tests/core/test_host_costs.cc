@@ -264,10 +264,14 @@ TEST_CASE("the log-depth schedules: halving-doubling where the ring's hops cost 
   CHECK(planWith(kHostCosts, 256 << 10, CollType::kAllReduce, 8, 0.25).algo == Algorithm::kRing);
   // A core each: hops are cheap, the ring's fused passes win sooner.
   CHECK(planWith(kHostCosts, 256 << 10, CollType::kAllReduce, 8, 1).algo == Algorithm::kRing);
-  // The binomial trees lost to the chains at every size at 4 and 8 ranks: never the tuner's choice here.
-  for (CollType rooted : {CollType::kBroadcast, CollType::kReduce})
+  // The binomial trees lost to the chains at every size below 1 MiB at 4 and 8 ranks: never the tuner's own
+  // choice, even where the model would price them lower (16 ranks with a core each, 2 KiB).
+  for (CollType rooted : {CollType::kBroadcast, CollType::kReduce}) {
     for (size_t bytes : {size_t(4) << 10, size_t(64) << 10, size_t(1) << 20})
       CHECK(planWith(kHostCosts, bytes, rooted, 8, 0.25).algo == Algorithm::kRing);
+    for (size_t bytes : {size_t(2) << 10, size_t(4) << 10})
+      CHECK(planWith(kHostCosts, bytes, rooted, 16, 1).algo != Algorithm::kTree);
+  }
   // A selection gets them, at any size and rank count; AllGather has none (forced: refused).
   CHECK(planWith(kHostCosts, 1 << 20, CollType::kBroadcast, 4, 0.5, kAlgoTree).algo == Algorithm::kTree);
   CHECK(planWith(kHostCosts, 100, CollType::kReduce, 3, 1, kAlgoTree).algo == Algorithm::kTree);
