@@ -14,7 +14,8 @@
 //   all-gather, mask = 1 .. p/2: exchange with index ^ mask, sending the
 //     range this index holds and receiving the peer's beside it.
 // Each block is reduced at one index only, then copied, so every rank ends
-// with the same bits. Exchanges go slice by slice, a send then a receive, so
+// with the same bits. The all-gather half alone is AllGather by recursive
+// doubling (recursiveDoublingAllGather, power-of-two rank counts). Exchanges go slice by slice, a send then a receive, so
 // two peers each sending first never wait on each other beyond one FIFO step.
 //
 // `Links` hands out primitives between this rank and one peer:
@@ -82,6 +83,25 @@ PLAIT_HOST_DEVICE bool exchangeCopy(Prims& p, const char* send, size_t sendN, ch
   return true;
 }
 
+// The all-gather half: `index` holds block `index` (of p2, block b at
+// start(b) elements of `out`) and ends with all of them, exchanging with
+// index ^ 1, ^ 2, ... the range it holds for the one beside it.
+template <class Links, class Start>
+PLAIT_HOST_DEVICE bool doublingGather(Links& links, char* out, const Start& start, int index, int rem, int p2,
+                                      size_t slice, size_t e) {
+  int lo = index;
+  for (int size = 1; size < p2; size *= 2) {
+    const int peer = rankOfIndex(index ^ size, rem);
+    const int other = lo ^ size;  // ranges are aligned to their size
+    const size_t m0 = start(lo), o0 = start(other);
+    auto& p = links.prims(0, peer, peer, true);
+    if (!exchangeCopy(p, out + m0 * e, start(lo + size) - m0, out + o0 * e, start(other + size) - o0, slice, e))
+      return false;
+    lo = lo < other ? lo : other;
+  }
+  return true;
+}
+
 }  // namespace hd
 
 template <class Links>
@@ -120,19 +140,18 @@ PLAIT_HOST_DEVICE bool halvingDoublingAllReduce(Links& links, const HalvingDoubl
     lo = keep;
     size = half;
   }
-  for (int mask = 1; mask < p2; mask *= 2) {  // size == mask here; the peer's range sits beside ours
-    const int peer = hd::rankOfIndex(index ^ mask, rem);
-    const int other = lo ^ mask;
-    const size_t m0 = start(lo), o0 = start(other);
-    auto& p = links.prims(0, peer, peer, true);
-    if (!hd::exchangeCopy(p, a.output + m0 * e, start(lo + size) - m0, a.output + o0 * e, start(other + size) - o0,
-                          slice, e))
-      return false;
-    lo = lo < other ? lo : other;
-    size *= 2;
-  }
+  if (!hd::doublingGather(links, a.output, start, index, rem, p2, slice, e)) return false;
   if (a.rank < 2 * rem) return links.prims(0, -1, a.rank - 1, true).send(a.output, a.count);
   return true;
+}
+
+// AllGather by recursive doubling, for a power-of-two rank count: output
+// block r (count elements at r * count) is rank r's input. This rank's own
+// block must already be in place in the output (the caller copies it).
+template <class Links>
+PLAIT_HOST_DEVICE bool recursiveDoublingAllGather(Links& links, const HalvingDoublingArgs& a) {
+  auto start = [&](int b) { return static_cast<size_t>(b) * a.count; };
+  return hd::doublingGather(links, a.output, start, a.rank, 0, a.nranks, a.sliceElems, a.elemSize);
 }
 
 }  // namespace plait

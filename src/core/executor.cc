@@ -316,9 +316,10 @@ Status Communicator::unrunnableSelection(const Task& task, size_t bytes) const {
   return invalidUsage(std::string("algSelection allows ") + collName(task.coll) + " only " + algoNames(task.algos) +
                       ", and none of them can run this call of " + std::to_string(bytes) +
                       " bytes here (oneshot: AllReduce up to the mesh's message size, AllGather and ReduceScatter blocks "
-                      "and Broadcast and Reduce buffers up to 3 KiB, with every peer on the mesh; tree: AllReduce, Broadcast and "
-                      "Reduce on host buffers with every peer on the mesh; direct: "
-                      "buffers registered with ncclCommRegister; symmetric: device buffers in symmetric windows); "
+                      "and Broadcast and Reduce buffers up to 3 KiB, with every peer on the mesh; tree: AllReduce, "
+                      "Broadcast, Reduce, and AllGather at a power-of-two rank count, on host buffers with every peer "
+                      "on the mesh; direct: buffers registered with ncclCommRegister; symmetric: device buffers in "
+                      "symmetric windows); "
                       "set forceAlgSelection=0 to let the tuner choose instead");
 }
 

@@ -1,11 +1,13 @@
 // log_depth.cc — the log-depth collectives on the host, with every rank on
-// this host: AllReduce by halving-doubling (algorithms/halving_doubling.h),
-// Broadcast and Reduce over a binomial tree (algorithms/binomial_tree.h).
+// this host: AllReduce by halving-doubling and AllGather by recursive
+// doubling (algorithms/halving_doubling.h), Broadcast and Reduce over a
+// binomial tree (algorithms/binomial_tree.h).
 // They run on the calling thread over the mesh FIFOs (one per pair of local
 // ranks, which only the one-shot AllReduce shares, never in the same call),
 // one FIFO step per slice. The tuner chooses them ("tree" in PLAIT_ALGO /
 // NCCL_ALGO, core/tuner.cc) where hops cost more than the bytes they save.
 #include <array>
+#include <cstring>
 #include <optional>
 
 #include "algorithms/binomial_tree.h"
@@ -60,7 +62,7 @@ class MeshLinks {
 
 Status Communicator::runLogDepth(const Task& task, const Plan& plan) {
   const size_t elem = typeSize(task.type);
-  const bool reduction = task.coll != CollType::kBroadcast;
+  const bool reduction = task.coll != CollType::kBroadcast && task.coll != CollType::kAllGather;
   PrimitivesConfig base;
   base.fn = reduceCopyFn(task.type, reduction ? task.op.kind : RedOpKind::kSum);
   base.op = reduction ? task.op : RedOp{};
@@ -70,7 +72,7 @@ Status Communicator::runLogDepth(const Task& task, const Plan& plan) {
   base.nonTemporalOutput = plan.nonTemporal;
   MeshLinks links(shm_.get(), base);
   bool ok = false;
-  if (task.coll == CollType::kAllReduce) {
+  if (task.coll == CollType::kAllReduce || task.coll == CollType::kAllGather) {
     HalvingDoublingArgs a;
     a.input = static_cast<const char*>(task.sendbuff);
     a.output = static_cast<char*>(task.recvbuff);
@@ -80,7 +82,13 @@ Status Communicator::runLogDepth(const Task& task, const Plan& plan) {
     a.rank = rank_;
     a.sliceElems = sliceElems;
     a.alignElems = std::max<size_t>(1, 64 / elem);
-    ok = halvingDoublingAllReduce(links, a);
+    if (task.coll == CollType::kAllReduce) {
+      ok = halvingDoublingAllReduce(links, a);
+    } else {  // a power-of-two rank count (the tuner's treeShape); our block first
+      char* mine = a.output + static_cast<size_t>(rank_) * task.count * elem;
+      if (a.input != mine) std::memmove(mine, a.input, task.count * elem);
+      ok = recursiveDoublingAllGather(links, a);
+    }
   } else if (task.coll == CollType::kBroadcast || task.coll == CollType::kReduce) {
     BinomialTreeArgs a;
     a.input = static_cast<const char*>(task.sendbuff);

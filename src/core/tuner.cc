@@ -91,7 +91,8 @@ Tuner::Tuner(const TunerInputs& inputs) : in_(inputs) {
     }
     if (!sel->restricted) continue;
     const CollType coll = static_cast<CollType>(c);
-    const bool hasTree = coll == CollType::kAllReduce || coll == CollType::kBroadcast || coll == CollType::kReduce;
+    const bool hasTree = coll == CollType::kAllReduce || coll == CollType::kAllGather ||
+                         coll == CollType::kBroadcast || coll == CollType::kReduce;
     envAlgos_[c] = sel->algos & (kAlgoRing | kAlgoOneShot | (hasTree ? kAlgoTree : 0));
     // AlltoAll, Gather, Scatter and Send/Recv are point-to-point: no tuner choice to restrict.
     const bool tuned = c <= static_cast<int>(CollType::kReduceScatter);
@@ -100,8 +101,8 @@ Tuner::Tuner(const TunerInputs& inputs) : in_(inputs) {
   }
   if (!refused.empty())
     PLAIT_WARN(kTuning,
-               "%s=\"%s\" allows %s none of Plait's algorithms (ring, oneshot; tree for AllReduce, Broadcast and "
-               "Reduce); the tuner chooses there",
+               "%s=\"%s\" allows %s none of Plait's algorithms (ring, oneshot; tree but for ReduceScatter); the "
+               "tuner chooses there",
                kAlgo.source().c_str(), algo.c_str(), refused.c_str());
 }
 
@@ -127,8 +128,10 @@ double Tuner::oneShotUs(CollType coll, size_t bytes) const {
 
 // Halving-doubling AllReduce: 2 log2(p) exchanges (p the largest power of
 // two in n) of about the ring's bytes, plus, when n is not one, a fold of
-// the whole buffer each way. Binomial Broadcast and Reduce: ceil(log2 n) hops, the root
-// moving the whole buffer once per child. One channel (the calling thread).
+// the whole buffer each way. Binomial Broadcast and Reduce: ceil(log2 n)
+// hops, the root moving the whole buffer once per child. Recursive-doubling
+// AllGather (power-of-two n only): log2 n exchanges. One channel (the
+// calling thread).
 // Hops and bytes per byte of the buffer on the critical path; false where no
 // log-depth schedule runs.
 bool Tuner::treeShape(CollType coll, double* hops, double* perByte) const {
@@ -150,6 +153,15 @@ bool Tuner::treeShape(CollType coll, double* hops, double* perByte) const {
   if (coll == CollType::kBroadcast || coll == CollType::kReduce) {
     *hops = log2n + (pow2 ? 0 : 1);
     *perByte = *hops;  // the root's children, one copy each
+    return true;
+  }
+  if (coll == CollType::kAllGather && pow2) {
+    // The ring's bytes at the ring's rate: the exchanges copy into and out
+    // of the FIFO (4(n-1) accesses per element of a block in all, against
+    // the ring's 3n-1), yet measured at one channel they were as fast or
+    // faster at every size (perf/results/host/log_depth.md).
+    *hops = log2n;
+    *perByte = ringBytesPerLink(coll, n);
     return true;
   }
   return false;
@@ -241,7 +253,7 @@ Plan Tuner::plan(const Task& task, size_t bytes) const {
   const bool unrestricted = task.algos == 0 && envAlgos_[static_cast<size_t>(task.coll)] == 0;
   // The binomial trees (Broadcast, Reduce) lost to the chains at every size
   // measured (perf/results/host/log_depth.md): only a selection runs them.
-  const bool treeByDefault = task.coll == CollType::kAllReduce;
+  const bool treeByDefault = task.coll == CollType::kAllReduce || task.coll == CollType::kAllGather;
   if (oneShotFits && unrestricted && !ringFirst) {
     double hops = ringSteps(task.coll, in_.nranks), treeHops = 0, perByte = 0;
     if (treeByDefault && treeShape(task.coll, &treeHops, &perByte)) hops = std::min(hops, treeHops);

@@ -183,6 +183,32 @@ TEST_CASE("halving-doubling AllReduce sums exactly at every rank count, in and o
       }
 }
 
+TEST_CASE("recursive-doubling AllGather at every power-of-two rank count", "[log_depth]") {
+  for (int n : {2, 4, 8, 16})
+    for (size_t count : {size_t(0), size_t(1), size_t(5), size_t(37)}) {
+      INFO("nranks " << n << " count " << count);
+      const std::string err = runRanks(n, 16, [&](int r, FakeLinks& links) -> std::string {
+        std::vector<Elem> out(count * static_cast<size_t>(n), -1);
+        for (size_t i = 0; i < count; ++i) out[static_cast<size_t>(r) * count + i] = input(r, i);
+        HalvingDoublingArgs a;
+        a.output = reinterpret_cast<char*>(out.data());
+        a.count = count;
+        a.elemSize = sizeof(Elem);
+        a.nranks = n;
+        a.rank = r;
+        a.sliceElems = 16;
+        if (!recursiveDoublingAllGather(links, a)) return "the schedule failed";
+        for (int p = 0; p < n; ++p)
+          for (size_t i = 0; i < count; ++i)
+            if (out[static_cast<size_t>(p) * count + i] != input(p, i))
+              return mismatch("AllGather", r, static_cast<size_t>(p) * count + i, out[static_cast<size_t>(p) * count + i],
+                              input(p, i));
+        return "";
+      });
+      CHECK(err == "");
+    }
+}
+
 TEST_CASE("binomial Broadcast and Reduce at every rank count and root", "[log_depth]") {
   for (int n = 2; n <= 19; ++n)
     for (int root = 0; root < n; ++root)

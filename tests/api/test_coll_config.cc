@@ -139,7 +139,7 @@ TEST_CASE("nccl*Config: a forced selection the call cannot honour is ncclInvalid
     c.forceAlgSelection = 0;
     for (const Outcome& o : allReduceWith(c)) CHECK(o.result == ncclSuccess);
   }
-  SECTION("tree: AllReduce runs halving-doubling (the sum is checked); AllGather has no tree") {
+  SECTION("tree: AllReduce runs halving-doubling (the sum is checked); AllGather at 3 ranks has none") {
     c.algSelection = "tree";
     for (const Outcome& o : allReduceWith(c)) CHECK(o.result == ncclSuccess);
     for (const Outcome& o : allReduceWith(c, kCount, ncclAllGatherConfig)) {

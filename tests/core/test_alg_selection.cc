@@ -29,11 +29,12 @@ TEST_CASE("algSelection: unrestricted, lists and exclusions", "[alg-selection]")
   CHECK_FALSE(parse("  ").restricted);
   CHECK(parse("ring").algos == kAlgoRing);
   CHECK(parse("RING, OneShot").algos == (kAlgoRing | kAlgoOneShot));
-  CHECK(parse("^ring").algos == (kAlgoOneShot | kAlgoDirect | kAlgoSymmetric));
+  CHECK(parse("^ring").algos == (kAlgoOneShot | kAlgoDirect | kAlgoSymmetric | kAlgoTree));
   CHECK(parse("^tree").algos == (kAlgoRing | kAlgoOneShot | kAlgoDirect | kAlgoSymmetric));
-  const AlgSelection tree = parse("tree,nvls");  // NCCL's, none run by Plait
-  CHECK(tree.restricted);
-  CHECK(tree.algos == 0);
+  CHECK(parse("Tree").algos == kAlgoTree);  // Plait's log-depth schedules
+  const AlgSelection nccls = parse("pat,nvls");  // NCCL's, none run by Plait
+  CHECK(nccls.restricted);
+  CHECK(nccls.algos == 0);
   CHECK(algoNames(kAlgoRing | kAlgoSymmetric) == "ring, symmetric");
   CHECK(algoNames(0) == "none");
 }
@@ -41,7 +42,7 @@ TEST_CASE("algSelection: unrestricted, lists and exclusions", "[alg-selection]")
 TEST_CASE("algSelection: per-collective parts apply to their collective only", "[alg-selection]") {
   const char* text = "allreduce:oneshot;allgather:^direct; broadcast : ring";
   CHECK(parse(text, CollType::kAllReduce).algos == kAlgoOneShot);
-  CHECK(parse(text, CollType::kAllGather).algos == (kAlgoRing | kAlgoOneShot | kAlgoSymmetric));
+  CHECK(parse(text, CollType::kAllGather).algos == (kAlgoRing | kAlgoOneShot | kAlgoSymmetric | kAlgoTree));
   CHECK(parse(text, CollType::kBroadcast).algos == kAlgoRing);
   CHECK_FALSE(parse(text, CollType::kReduceScatter).restricted);
   CHECK(parse("sendrecv:ring", CollType::kSend).restricted);
