@@ -76,6 +76,8 @@ void checkProtocols(const std::string& text, const std::string& source) {
 }  // namespace
 
 Tuner::Tuner(const TunerInputs& inputs) : in_(inputs) {
+  for (size_t c = 0; c < trees_.size(); ++c)  // asked on every call: worked out once
+    trees_[c].runs = computeTreeShape(static_cast<CollType>(c), &trees_[c].hops, &trees_[c].perByte);
   if (const std::string& proto = kProto.get(); !proto.empty()) checkProtocols(proto, kProto.source());
   const std::string& algo = kAlgo.get();
   if (algo.empty()) return;
@@ -135,6 +137,13 @@ double Tuner::oneShotUs(CollType coll, size_t bytes) const {
 // Hops and bytes per byte of the buffer on the critical path; false where no
 // log-depth schedule runs.
 bool Tuner::treeShape(CollType coll, double* hops, double* perByte) const {
+  const TreeShape& t = trees_[static_cast<size_t>(coll)];
+  *hops = t.hops;
+  *perByte = t.perByte;
+  return t.runs;
+}
+
+bool Tuner::computeTreeShape(CollType coll, double* hops, double* perByte) const {
   const int n = in_.nranks;
   if (!in_.fullMesh || in_.meshStepBytes == 0 || n < 2) return false;
   int log2n = 0;

@@ -23,7 +23,8 @@ enum class Algorithm : uint8_t {
   kCopy,     // one rank: a local copy (with the op's pre/post scaling)
   kOneShot,  // every rank pushes its input to every peer, then reduces locally
   kRing,     // pipelined ring (reduce-scatter + all-gather for AllReduce)
-  kTree,     // log-depth over the mesh: halving-doubling AllReduce, binomial Broadcast and Reduce
+  kTree,     // log-depth over the mesh: halving-doubling AllReduce, recursive-doubling AllGather,
+             // binomial Broadcast and Reduce
 };
 
 const char* algorithmName(Algorithm algo);
@@ -85,6 +86,7 @@ class Tuner {
 
  private:
   double oneShotUs(CollType coll, size_t bytes) const;
+  bool computeTreeShape(CollType coll, double* hops, double* perByte) const;  // for trees_
   double treeUs(CollType coll, size_t bytes) const;  // 1e30 where no log-depth schedule runs
   double ringUs(CollType coll, size_t bytes, int nChannels) const;
   size_t hostSliceShare(CollType coll, size_t bytes, int nChannels) const;
@@ -97,6 +99,12 @@ class Tuner {
   // kAlgo* bits (ring, one-shot, tree) PLAIT_ALGO / NCCL_ALGO allows each
   // collective, by CollType; 0: unrestricted (or nothing Plait runs).
   std::array<uint8_t, 10> envAlgos_{};
+  // treeShape's answers by CollType, from the inputs alone.
+  struct TreeShape {
+    bool runs = false;
+    double hops = 0, perByte = 0;
+  };
+  std::array<TreeShape, 10> trees_{};
 };
 
 }  // namespace plait
