@@ -16,6 +16,8 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "core/host_memory.h"
+#include "core/reproducible.h"
+#include "plait/clock.hpp"
 
 namespace plait {
 namespace {
@@ -52,6 +54,15 @@ PLAIT_PARAM_INT(kDirectCmaMinBytes, "DIRECT_CMA_MIN_BYTES", 32 << 10,
                 "cross-memory attach on unregistered buffers where each copy (one rank's block) is at least this large");
 PLAIT_PARAM_INT(kDirectCmaMaxBytes, "DIRECT_CMA_MAX_BYTES", 8 << 20,
                 "and for AllGather and Broadcast only while their largest buffer is at most this large");
+PLAIT_PARAM_INT(kDirectCmaReduceMinBytes, "DIRECT_CMA_REDUCE_MIN_BYTES", int64_t{1} << 62,
+                "AllReduce, Reduce and ReduceScatter on unregistered buffers by cross-memory attach from this many "
+                "bytes (their largest buffer; each rank stages its peers' inputs chunk by chunk); at 2 ranks "
+                "PLAIT_DIRECT_CMA_ADAPT chooses by measurement instead");
+PLAIT_PARAM_INT(kDirectCmaAdapt, "DIRECT_CMA_ADAPT", 1,
+                "choose between the FIFOs and cross-memory attach call by call from what each recently cost "
+                "(core/path_choice.h; 0: the static thresholds only)");
+PLAIT_PARAM_INT(kDirectCmaExploreMs, "DIRECT_CMA_EXPLORE_MS", 100,
+                "PLAIT_DIRECT_CMA_ADAPT: how long a path's estimate stands before the path is tried again");
 PLAIT_PARAM_INT(kDirectMaxMappings, "DIRECT_MAX_MAPPINGS", 256, "peer allocations a communicator keeps mapped");
 
 constexpr int32_t kNone = -1;     // BufferRef::fd: not usable by peers
@@ -60,6 +71,7 @@ constexpr int32_t kCma = -3;      // BufferRef::fd: `where` is an address in the
 constexpr size_t kProbeBytes = 4096;
 
 static_assert(sizeof(DirectPath::Descriptor) <= kLinePayloadBytes, "a descriptor must fit one line");
+static_assert(kNumRedOpKinds <= 128, "Descriptor::shape keeps 7 bits for the op kind, then the vote bit");
 
 // What each rank tells the others at creation.
 struct ProbeInfo {
@@ -69,6 +81,7 @@ struct ProbeInfo {
   uint64_t minBytesUnsynced = 0;
   uint64_t cmaMinBytes = 0;
   uint64_t cmaMaxBytes = 0;
+  uint64_t cmaReduceMinBytes = 0;
   int32_t pid = 0;
   int32_t fd = -1;
   int32_t want = 0;  // PLAIT_DIRECT on here
@@ -125,7 +138,7 @@ Result<std::unique_ptr<DirectPath>> DirectPath::create(OobExchange& oob, ShmTran
   if (kDirectChunkBytes.get() < 0 || kDirectChunkBytes.get() > kMaxChunkBytes)
     return invalidArgument("PLAIT_DIRECT_CHUNK_BYTES is " + std::to_string(kDirectChunkBytes.get()) +
                            "; must be in [0, 1G] (values below 4K mean 4K)");
-  for (const auto* p : {&kDirectCmaMinBytes, &kDirectCmaMaxBytes})
+  for (const auto* p : {&kDirectCmaMinBytes, &kDirectCmaMaxBytes, &kDirectCmaReduceMinBytes, &kDirectCmaExploreMs})
     if (p->get() < 0)
       return invalidArgument("PLAIT_" + std::string(p->name()) + " is " + std::to_string(p->get()) +
                              "; must be at least 0");
@@ -138,12 +151,15 @@ Result<std::unique_ptr<DirectPath>> DirectPath::create(OobExchange& oob, ShmTran
   d->mappings_ = std::make_unique<PeerMappings>(
       std::max<size_t>(static_cast<size_t>(std::max<int64_t>(0, kDirectMaxMappings.get())), 2 * d->nranks_ + 2));
   d->cma_ = cma && d->cmaWanted_ && !d->oneProcess_;
+  d->adapt_ = d->cma_ && kDirectCmaAdapt.get() != 0;
+  d->exploreNs_ = static_cast<uint64_t>(kDirectCmaExploreMs.get()) * 1'000'000;
   d->descs_.resize(d->nranks_);
   d->sendCma_.resize(d->nranks_);
   d->recvCma_.resize(d->nranks_);
   d->sends_.resize(d->nranks_);
   d->recvs_.resize(d->nranks_);
   d->dsts_.resize(d->nranks_);
+  d->srcs_.resize(d->nranks_);
   return d;
 }
 
@@ -161,6 +177,7 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
   mine.cma = kDirectCma.get() != 0;
   mine.cmaMinBytes = static_cast<uint64_t>(std::max<int64_t>(0, kDirectCmaMinBytes.get()));
   mine.cmaMaxBytes = static_cast<uint64_t>(std::max<int64_t>(0, kDirectCmaMaxBytes.get()));
+  mine.cmaReduceMinBytes = static_cast<uint64_t>(std::max<int64_t>(0, kDirectCmaReduceMinBytes.get()));
   mine.minBytes = static_cast<uint64_t>(std::max<int64_t>(1, kDirectMinBytes.get()));
   mine.minBytesUnsynced = static_cast<uint64_t>(std::max<int64_t>(1, kDirectUnsyncedMinBytes.get()));
   mine.token = randomToken();
@@ -197,6 +214,7 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
   gatherPush_ = info[0].push != 0;
   cmaMinBytes_ = info[0].cmaMinBytes;  // rank 0's, as every rank must decide alike
   cmaMaxBytes_ = info[0].cmaMaxBytes;
+  cmaReduceMinBytes_ = info[0].cmaReduceMinBytes;
   cmaWanted_ = std::all_of(info.begin(), info.end(), [](const ProbeInfo& i) { return i.cma != 0; });
   if (!enabled_) minBytes_ = minBytesUnsynced_ = SIZE_MAX;
   if (enabled_) {
@@ -251,6 +269,7 @@ DirectPath::Touched DirectPath::touched(const Task& t, int p) const {
 }
 
 Result<bool> DirectPath::run(const Task& task) {
+  measuring_ = false;
   if (!enabled_ || !supported(task.coll)) return false;
   PLAIT_ASSIGN_OR_RETURN(bool direct, exchange(task));
   if (!direct) return false;
@@ -298,11 +317,28 @@ Result<bool> DirectPath::exchange(const Task& task) {
   // Every input of this is the same on every rank, so is the verdict.
   const size_t block = task.count * typeSize(task.type);
   const bool ring = task.coll == CollType::kAllGather || task.coll == CollType::kBroadcast;
-  const size_t largest = task.coll == CollType::kAllGather ? block * nranks_ : block;
-  const bool cmaOk = cma_ && !reduction && block >= cmaMinBytes_ && !(ring && largest > cmaMaxBytes_) &&
-                     (task.coll != CollType::kAlltoAll || alltoallCma_);
-  if (me.send) mine.send = describe(task.sendbuff, me.sendBytes, cmaOk);
-  if (me.recv) mine.recv = describe(task.recvbuff, me.recvBytes, cmaOk);
+  const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
+  const size_t largest = blocked ? block * nranks_ : block;
+  const bool cmaPossible = cma_ && block >= cmaMinBytes_ && (task.coll != CollType::kAlltoAll || alltoallCma_);
+  // The static rule; for every data mover, and for reductions at 2 ranks
+  // (where both paths reduce the same two inputs, so give the same bits;
+  // tests/api/test_coll_path_choice.cc), the measured choice instead. The
+  // reproducible modes keep to the rule.
+  const bool rule = cmaPossible && (reduction ? largest >= cmaReduceMinBytes_ : !(ring && largest > cmaMaxBytes_));
+  const bool adaptive =
+      cmaPossible && adapt_ && (!reduction || (nranks_ == 2 && reproducible_ == kReproducibleOff));
+  if (adaptive && !chooser_) {  // the first call that may choose (about 18 KB of figures)
+    chooser_ = std::make_unique<PathChooser>(exploreNs_);
+    if (nranks_ == 2) stage_.resize(chunkBytes_ * 2);  // reductions may then go by CMA on any call
+  }
+  const int decider = rooted(task.coll) ? task.root : 0;
+  if (adaptive && rank_ == decider && chooser_->choose(static_cast<int>(task.coll), largest, rule, nowNs()))
+    mine.shape |= kShapeVoteCma;
+  else if (!adaptive && rule)
+    mine.shape |= kShapeVoteCma;
+  const bool cmaOffered = adaptive || rule;
+  if (me.send) mine.send = describe(task.sendbuff, me.sendBytes, cmaOffered);
+  if (me.recv) mine.recv = describe(task.recvbuff, me.recvBytes, cmaOffered);
   // In place, peers would read blocks of this rank's input it overwrites.
   if (task.coll == CollType::kAlltoAll && task.sendbuff == task.recvbuff) mine.send.fd = kNone;
   for (int p = 0; p < nranks_; ++p)
@@ -310,7 +346,7 @@ Result<bool> DirectPath::exchange(const Task& task) {
   for (int p = 0; p < nranks_; ++p)
     if (p != rank_) PLAIT_RETURN_IF_ERROR(shm_->lineRecv(p)->recv(&descs_[p], sizeof(Descriptor)));
   for (int p = 0; p < nranks_; ++p) {
-    if (descs_[p].shape != mine.shape || descs_[p].count != mine.count)  // every rank reaches this same verdict
+    if (((descs_[p].shape ^ mine.shape) & ~kShapeVoteCma) != 0 || descs_[p].count != mine.count)  // every rank reaches this same verdict
       return invalidUsage("ranks disagree on the operation: rank " + std::to_string(p) + " runs " +
                           collName(static_cast<CollType>(descs_[p].shape & 0xff)) + " with count " +
                           std::to_string(descs_[p].count) + " (shape " + std::to_string(descs_[p].shape) +
@@ -318,14 +354,17 @@ Result<bool> DirectPath::exchange(const Task& task) {
                           std::to_string(mine.count) + " (shape " + std::to_string(mine.shape) +
                           "; the shape encodes collective, type, op, PLAIT_DIRECT_ALLGATHER_PUSH and root)");
   }
+  // The deciding rank's vote (every rank's own when the rule decides: they
+  // agree, since the rule's inputs are the same everywhere).
+  const bool useCma = (descs_[adaptive ? decider : rank_].shape & kShapeVoteCma) != 0;
   bool anyCma = false;
   for (int p = 0; p < nranks_; ++p) {
     const Touched u = touched(task, p);
     for (bool send : {true, false}) {
       if (!(send ? u.send : u.recv)) continue;
       const int32_t fd = (send ? descs_[p].send : descs_[p].recv).fd;
-      if (fd == kCma && p != rank_ && cmaOk) anyCma = true;
-      if (fd != kNone && (fd != kCma || cmaOk)) continue;
+      if (fd == kCma) anyCma = true;  // any rank's, this one's too: every rank must reach the same verdict
+      if (fd != kNone) continue;
       const std::string why = "rank " + std::to_string(p) + "'s " + bufferName(send) +
                               " is not in registered memory that every rank can map" +
                               (task.coll == CollType::kAlltoAll && send ? " (or the AlltoAll is in place)" : "");
@@ -333,8 +372,26 @@ Result<bool> DirectPath::exchange(const Task& task) {
       return false;
     }
   }
+  // Every buffer is registered or open to cross-memory attach; the choice
+  // between the latter and the FIFOs is timed (record()).
+  if (anyCma && adaptive && rank_ == decider) {
+    measuring_ = true;
+    measuredCma_ = useCma;
+    measuredBytes_ = largest;
+    measuredColl_ = static_cast<int>(task.coll);
+  }
+  if (anyCma && !useCma) {
+    logOnce(task, false, "the FIFOs were chosen over cross-memory attach");
+    return false;
+  }
   logOnce(task, true, anyCma ? " by cross-memory attach" : "");
   return true;
+}
+
+void DirectPath::record(uint64_t elapsedNs) {
+  if (!measuring_) return;
+  measuring_ = false;
+  chooser_->record(measuredColl_, measuredBytes_, measuredCma_, elapsedNs, nowNs());
 }
 
 // The address of every buffer this rank touches, in its own address space.
@@ -361,6 +418,10 @@ Status DirectPath::resolve(const Task& task) {
       recvCma_[p] = descs_[p].recv.fd == kCma;
     }
   }
+  // Reductions by cross-memory attach stage n-1 inputs and one output per chunk.
+  const bool staged = std::any_of(sendCma_.begin(), sendCma_.end(), [](uint8_t c) { return c != 0; });
+  if (reduces(task.coll) && staged && stage_.size() < chunkBytes_ * static_cast<size_t>(nranks_))
+    stage_.resize(chunkBytes_ * static_cast<size_t>(nranks_));
   return Status::ok();
 }
 

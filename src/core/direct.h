@@ -50,10 +50,20 @@
 // handshake keep every buffer alive and unchanged while peers use it; it is
 // used where each copy is at least PLAIT_DIRECT_CMA_MIN_BYTES (32 KiB) and,
 // for AllGather and Broadcast, whose rings pass data on through the caches,
-// up to PLAIT_DIRECT_CMA_MAX_BYTES (8 MiB) of their largest buffer. The
-// reductions do not use it: a reduction needs the peers' inputs in this
-// address space, and reading them into a scratch buffer first costs what the
-// FIFO path costs.
+// up to PLAIT_DIRECT_CMA_MAX_BYTES (8 MiB) of their largest buffer.
+// Reductions go this way too (PLAIT_DIRECT_CMA_REDUCE_MIN_BYTES, off by
+// default): each rank reads its peers' chunks of its part into staging slots
+// (stageInputs), reduces them there and writes the result into the peers'
+// outputs (process_vm_writev). On a quiet machine that loses to the FIFOs
+// (a 2-rank 1 MiB AllReduce: 130-150 us against 50-60), in the windows in
+// which shared-memory copies between cores crawl it wins (the FIFOs: 600-850).
+//
+// Which one runs is measured (path_choice.h, PLAIT_DIRECT_CMA_ADAPT): for the
+// data movers at any rank count and the reductions at 2 ranks, one rank's
+// chooser (rank 0's, the root's for rooted collectives) votes in its
+// descriptor, the thresholds above giving only the first calls' path, and
+// every rank follows that vote. The executor times the call (measuring(),
+// record()), whichever path ran it.
 #pragma once
 
 #include <cstddef>
@@ -62,6 +72,7 @@
 #include <vector>
 
 #include "core/buffer_registry.h"
+#include "core/path_choice.h"
 #include "core/task.h"
 #include "plait/status.hpp"
 #include "transport/oob.h"
@@ -103,6 +114,12 @@ class DirectPath {
         coll == CollType::kAllReduce || coll == CollType::kAllGather || coll == CollType::kReduceScatter;
     return synchronizing ? minBytes_ : minBytesUnsynced_;
   }
+
+  // After run(): whether this rank chose between the FIFOs and cross-memory
+  // attach for the call (core/path_choice.h), and then what the whole call
+  // took, whichever path ran it. The executor times the call.
+  bool measuring() const { return measuring_; }
+  void record(uint64_t elapsedNs);
 
   // Collective for every rank of the communicator, with the same task shape.
   // True: the operation was done directly. False: the ranks agreed to fall
@@ -155,15 +172,20 @@ class DirectPath {
   // toPeer and recvCma_[peer] (process_vm_writev); else both are mapped here.
   Status transfer(const Task& task, int peer, bool toPeer, const char* src, char* dst, size_t count,
                   bool nonTemporal) const;
-  void allReduce(const Task& task);
-  void reduce(const Task& task);
-  void reduceScatter(const Task& task);
-  // dsts[0..nDsts) = sends_[0][srcAt..] op ... op sends_[n-1][srcAt..] for
-  // `count` elements (srcAt in bytes), in rank order.
-  void reduceInto(const Task& task, size_t srcAt, size_t count, char* const* dsts, int nDsts, bool nonTemporal);
+  Status allReduce(const Task& task);
+  Status reduce(const Task& task);
+  Status reduceScatter(const Task& task);
+  size_t reductionChunk(size_t elem) const;
+  // srcs_[p] = rank p's input at byte srcAt for `count` elements, here:
+  // mapped, or copied into a staging slot when sendCma_[p].
+  Status stageInputs(const Task& task, size_t srcAt, size_t count);
+  Status writeOut(const Task& task, int peer, const char* local, char* remote, size_t count) const;
+  // dsts[0..nDsts) = srcs_[0] op ... op srcs_[n-1] for `count` elements, in
+  // rank order.
+  void reduceInto(const Task& task, size_t count, char* const* dsts, int nDsts, bool nonTemporal);
   // reduceInto in the reproducible mode: the rank-order fold (or exact sum)
   // of the inputs each scaled and rounded by its own rank's scalar.
-  void foldInto(const Task& task, size_t srcAt, size_t count, char* const* dsts, int nDsts, bool nonTemporal);
+  void foldInto(const Task& task, size_t count, char* const* dsts, int nDsts, bool nonTemporal);
   Status allGather(const Task& task, bool push);
   void copy(const Task& task, const char* src, char* dst, size_t count, bool nonTemporal) const;
 
@@ -185,12 +207,24 @@ class DirectPath {
   bool cmaWanted_ = false;            // PLAIT_DIRECT_CMA on every rank
   size_t cmaMinBytes_ = 0;            // PLAIT_DIRECT_CMA_MIN_BYTES / _MAX_BYTES as rank 0 has them
   size_t cmaMaxBytes_ = SIZE_MAX;
+  size_t cmaReduceMinBytes_ = SIZE_MAX;  // PLAIT_DIRECT_CMA_REDUCE_MIN_BYTES as rank 0 has it
   std::vector<uint8_t> sendCma_, recvCma_;  // per rank, this operation's: sends_/recvs_ is that peer's address
   std::vector<Descriptor> descs_;     // per rank, this operation's
   std::vector<const char*> sends_;    // per rank, this operation's input in this address space
   std::vector<char*> recvs_;          // per rank, this operation's output (AllGather pull: own only)
   std::vector<char*> dsts_;           // reduceInto's destinations for one chunk
+  std::vector<const char*> srcs_;     // reduceInto's inputs for one chunk (stageInputs)
+  std::vector<unsigned char> stage_;  // reductions by cross-memory attach: n-1 input slots and an output slot
   std::vector<unsigned char> scratch_;
+  bool adapt_ = false;                    // PLAIT_DIRECT_CMA_ADAPT, where cross-memory attach is agreed
+  uint64_t exploreNs_ = 0;                // PLAIT_DIRECT_CMA_EXPLORE_MS
+  std::unique_ptr<PathChooser> chooser_;  // made by the first call that may choose
+  bool measuring_ = false;                // run() left a choice for record()
+  bool measuredCma_ = false;
+  size_t measuredBytes_ = 0;
+  int measuredColl_ = 0;
+  // Descriptor::shape's bit for the sender's vote: cross-memory attach.
+  static constexpr uint32_t kShapeVoteCma = 1u << 23;
   int reproducible_ = 0;             // PLAIT_REPRODUCIBLE (core/reproducible.h)
   bool alltoallCma_ = true;          // setAlltoAllCma
   std::vector<unsigned char> foldScratch_;  // foldInto: nranks scaled chunks and the result

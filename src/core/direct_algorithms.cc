@@ -13,9 +13,9 @@ namespace plait {
 
 Status DirectPath::execute(const Task& task) {
   switch (task.coll) {
-    case CollType::kAllReduce: allReduce(task); return Status::ok();
-    case CollType::kReduce: reduce(task); return Status::ok();
-    case CollType::kReduceScatter: reduceScatter(task); return Status::ok();
+    case CollType::kAllReduce: return allReduce(task);
+    case CollType::kReduce: return reduce(task);
+    case CollType::kReduceScatter: return reduceScatter(task);
     case CollType::kAllGather: return allGather(task, gatherPush_);
     default: break;
   }
@@ -83,60 +83,113 @@ std::pair<size_t, size_t> partOf(size_t count, size_t elem, int rank, int nranks
 
 }  // namespace
 
-void DirectPath::allReduce(const Task& task) {
-  const size_t elem = typeSize(task.type);
-  const auto [begin, end] = partOf(task.count, elem, rank_, nranks_);
-  const size_t align = std::max<size_t>(1, 64 / elem);
-  const size_t chunk = std::max(align, chunkBytes_ / elem / align * align);
-  // Streaming stores spare the read-for-ownership of large outputs, but an
-  // in-place output line was just read and sits in cache: measured 2x slower
-  // at 64 MiB with them, so only out-of-place operations use them.
-  bool inPlace = true;
-  for (int p = 0; p < nranks_; ++p) inPlace = inPlace && sends_[p] == recvs_[p];
-  const bool nonTemporal = !inPlace && task.count * elem >= streamBytes_;
-  for (size_t off = begin; off < end; off += chunk) {
-    const size_t at = off * elem;
-    for (int p = 0; p < nranks_; ++p) dsts_[p] = recvs_[p] + at;
-    reduceInto(task, at, std::min(chunk, end - off), dsts_.data(), nranks_, nonTemporal);
+// Each rank's input chunk at byte `srcAt`, in this address space: where it
+// is mapped, or read by cross-memory attach into a staging slot of its own
+// (peers in turn, starting after this rank, so ranks read different peers'
+// memory at the same time).
+Status DirectPath::stageInputs(const Task& task, size_t srcAt, size_t count) {
+  size_t slot = 0;
+  for (int k = 0; k < nranks_; ++k) {
+    const int p = (rank_ + k) % nranks_;
+    if (!sendCma_[p]) {
+      srcs_[p] = sends_[p] + srcAt;
+      continue;
+    }
+    char* staged = reinterpret_cast<char*>(stage_.data()) + chunkBytes_ * slot++;
+    PLAIT_RETURN_IF_ERROR(transfer(task, p, false, sends_[p] + srcAt, staged, count, false));
+    srcs_[p] = staged;
   }
+  return Status::ok();
 }
 
-// The AllReduce's parts, each written into the root's output only.
-void DirectPath::reduce(const Task& task) {
+// A chunk's result at `local` (this address space) written into peer p's
+// output at `remote` by cross-memory attach.
+Status DirectPath::writeOut(const Task& task, int peer, const char* local, char* remote, size_t count) const {
+  return transfer(task, peer, true, local, remote, count, false);
+}
+
+// The chunk size a reduction works in: every staged input of a chunk and its
+// result stay in cache together.
+size_t DirectPath::reductionChunk(size_t elem) const {
+  const size_t align = std::max<size_t>(1, 64 / elem);
+  return std::max(align, chunkBytes_ / elem / align * align);
+}
+
+Status DirectPath::allReduce(const Task& task) {
   const size_t elem = typeSize(task.type);
   const auto [begin, end] = partOf(task.count, elem, rank_, nranks_);
-  const size_t align = std::max<size_t>(1, 64 / elem);
-  const size_t chunk = std::max(align, chunkBytes_ / elem / align * align);
-  char* out = recvs_[task.root];
-  const bool nonTemporal = out != sends_[task.root] && task.count * elem >= streamBytes_;
-  for (size_t off = begin; off < end; off += chunk) {
-    char* dst = out + off * elem;
-    reduceInto(task, off * elem, std::min(chunk, end - off), &dst, 1, nonTemporal);
+  const size_t chunk = reductionChunk(elem);
+  // Streaming stores spare the read-for-ownership of large outputs, but an
+  // in-place output line was just read and sits in cache: measured 2x slower
+  // at 64 MiB with them, so only out-of-place operations use them. Outputs
+  // that peers copy out again right away (by cross-memory attach) stay in
+  // cache too.
+  bool inPlace = true, anyCma = false;
+  for (int p = 0; p < nranks_; ++p) {
+    inPlace = inPlace && sends_[p] == recvs_[p];
+    anyCma = anyCma || recvCma_[p];
   }
+  const bool nonTemporal = !inPlace && !anyCma && task.count * elem >= streamBytes_;
+  for (size_t off = begin; off < end; off += chunk) {
+    const size_t at = off * elem, count = std::min(chunk, end - off);
+    PLAIT_RETURN_IF_ERROR(stageInputs(task, at, count));
+    int nDsts = 0;
+    for (int p = 0; p < nranks_; ++p)
+      if (!recvCma_[p]) dsts_[nDsts++] = recvs_[p] + at;  // this rank's own output is always here
+    reduceInto(task, count, dsts_.data(), nDsts, nonTemporal);
+    for (int k = 1; k < nranks_; ++k) {
+      const int p = (rank_ + k) % nranks_;
+      if (recvCma_[p]) PLAIT_RETURN_IF_ERROR(writeOut(task, p, recvs_[rank_] + at, recvs_[p] + at, count));
+    }
+  }
+  return Status::ok();
+}
+
+// The AllReduce's parts, each written into the root's output only (through a
+// staging slot when that output is in another process, by cross-memory attach).
+Status DirectPath::reduce(const Task& task) {
+  const size_t elem = typeSize(task.type);
+  const auto [begin, end] = partOf(task.count, elem, rank_, nranks_);
+  const size_t chunk = reductionChunk(elem);
+  const int root = task.root;
+  char* out = recvs_[root];
+  const bool remote = recvCma_[root] != 0;
+  const bool nonTemporal = !remote && out != sends_[root] && task.count * elem >= streamBytes_;
+  char* staged = reinterpret_cast<char*>(stage_.data()) + chunkBytes_ * static_cast<size_t>(nranks_ - 1);
+  for (size_t off = begin; off < end; off += chunk) {
+    const size_t count = std::min(chunk, end - off);
+    PLAIT_RETURN_IF_ERROR(stageInputs(task, off * elem, count));
+    char* dst = remote ? staged : out + off * elem;
+    reduceInto(task, count, &dst, 1, nonTemporal);
+    if (remote) PLAIT_RETURN_IF_ERROR(writeOut(task, root, staged, out + off * elem, count));
+  }
+  return Status::ok();
 }
 
 // Block r of every input, reduced into this rank's output. In place the
 // output is this rank's block r of its own input, which no peer reads.
-void DirectPath::reduceScatter(const Task& task) {
+Status DirectPath::reduceScatter(const Task& task) {
   const size_t elem = typeSize(task.type);
-  const size_t chunk = std::max<size_t>(1, chunkBytes_ / elem);
+  const size_t chunk = reductionChunk(elem);
   const size_t block = task.count * elem * static_cast<size_t>(rank_);
   char* out = static_cast<char*>(task.recvbuff);
   const bool nonTemporal = out != sends_[rank_] + block && task.count * elem >= streamBytes_;
   for (size_t off = 0; off < task.count; off += chunk) {
+    const size_t count = std::min(chunk, task.count - off);
+    PLAIT_RETURN_IF_ERROR(stageInputs(task, block + off * elem, count));
     char* dst = out + off * elem;
-    reduceInto(task, block + off * elem, std::min(chunk, task.count - off), &dst, 1, nonTemporal);
+    reduceInto(task, count, &dst, 1, nonTemporal);
   }
+  return Status::ok();
 }
 
 // Each PreMulSum input is scaled by its own rank's scalar (ranks may hold
 // different ones); when all scalars are equal (ncclAvg) the first two inputs
 // are reduced in one pass. Every source chunk is read before any destination
 // byte of it is written, so a destination may be one of the sources.
-void DirectPath::reduceInto(const Task& task, size_t srcAt, size_t count, char* const* dsts, int nDsts,
-                            bool nonTemporal) {
+void DirectPath::reduceInto(const Task& task, size_t count, char* const* dsts, int nDsts, bool nonTemporal) {
   if (reproducible_ != kReproducibleOff && isFloatingType(task.type))
-    return foldInto(task, srcAt, count, dsts, nDsts, nonTemporal);
+    return foldInto(task, count, dsts, nDsts, nonTemporal);
   const ReduceCopyFn fn = reduceCopyFn(task.type, task.op.kind);
   const bool preOp = task.op.kind == RedOpKind::kPreMulSum;
   bool uniform = true;
@@ -145,11 +198,11 @@ void DirectPath::reduceInto(const Task& task, size_t srcAt, size_t count, char* 
   RedOp op = task.op;
   ReduceCopyArgs a;
   a.count = count;
-  a.srcs[0] = sends_[0] + srcAt;
+  a.srcs[0] = srcs_[0];
   a.preOpSrc0 = preOp;
   int next = 1;
   if (!preOp || uniform) {
-    a.srcs[1] = sends_[1] + srcAt;
+    a.srcs[1] = srcs_[1];
     a.nSrcs = 2;
     a.preOpSrc1 = preOp;
     next = 2;
@@ -172,7 +225,7 @@ void DirectPath::reduceInto(const Task& task, size_t srcAt, size_t count, char* 
     fn(op, a);
     if (last) break;
     a.srcs[0] = acc;
-    a.srcs[1] = sends_[next] + srcAt;
+    a.srcs[1] = srcs_[next];
     a.nSrcs = 2;
     a.preOpSrc0 = false;
     a.preOpSrc1 = preOp;
@@ -195,8 +248,7 @@ void DirectPath::reduceInto(const Task& task, size_t srcAt, size_t count, char* 
 // scaled by its own rank's scalar and rounded first (as the mode's other
 // paths send them), then folded into a buffer of our own and copied out, so
 // a destination may still be one of the sources.
-void DirectPath::foldInto(const Task& task, size_t srcAt, size_t count, char* const* dsts, int nDsts,
-                          bool nonTemporal) {
+void DirectPath::foldInto(const Task& task, size_t count, char* const* dsts, int nDsts, bool nonTemporal) {
   const size_t bytes = count * typeSize(task.type);
   const bool preOp = task.op.kind == RedOpKind::kPreMulSum;
   const size_t slots = static_cast<size_t>(preOp ? nranks_ + 1 : 1);
@@ -205,7 +257,7 @@ void DirectPath::foldInto(const Task& task, size_t srcAt, size_t count, char* co
   std::vector<const void*>& inputs = foldInputs_;  // per chunk: kept, not allocated each time
   inputs.resize(nranks_);
   for (int r = 0; r < nranks_; ++r) {
-    inputs[r] = sends_[r] + srcAt;
+    inputs[r] = srcs_[r];
     if (!preOp) continue;
     RedOp op = task.op;
     op.scalar = descs_[r].scalar;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <optional>
 
 #include "algorithms/primitives.h"
 #include "algorithms/types.h"
@@ -15,6 +16,7 @@
 #include "core/alg_selection.h"
 #include "core/comm.h"
 #include "core/live_ranks.h"
+#include "plait/clock.hpp"
 
 namespace plait {
 // One knob bounds every wait, bootstrap and operations alike (PLAIT_TIMEOUT).
@@ -264,6 +266,26 @@ void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan)
   }
 }
 
+namespace {
+
+// Times a call whose path the direct path's chooser picked (core/path_choice.h)
+// and tells it the result, whichever path ran it.
+class ChoiceTimer {
+ public:
+  explicit ChoiceTimer(DirectPath* direct) : direct_(direct), start_(nowNs()) {}
+  ~ChoiceTimer() {
+    if (direct_->measuring()) direct_->record(nowNs() - start_);
+  }
+  ChoiceTimer(const ChoiceTimer&) = delete;
+  ChoiceTimer& operator=(const ChoiceTimer&) = delete;
+
+ private:
+  DirectPath* direct_;
+  uint64_t start_;
+};
+
+}  // namespace
+
 Status Communicator::execute(const Task& task) {
   if (task.onDevice && reproducibleOrder(task)) return runReproducibleOnDevice(task);  // core/reproducible.cc
   if (task.onDevice) return runOnDevice(task);  // a kernel on the task's stream (device_path.cc)
@@ -273,8 +295,10 @@ Status Communicator::execute(const Task& task) {
   if (isPointToPoint(task.coll)) {
     // AlltoAll, Gather and Scatter on registered buffers: zero-copy.
     const bool collective = task.coll != CollType::kSend && task.coll != CollType::kRecv;
+    std::optional<ChoiceTimer> timer;
     if (collective && nranks_ > 1 && task.count > 0 && direct_ && directAllowed &&
         blockBytes * nranks_ >= direct_->minBytes(task.coll)) {
+      timer.emplace(direct_.get());
       PLAIT_ASSIGN_OR_RETURN(bool done, direct_->run(task));
       if (done) {
         tagged(task, blockBytes * nranks_, "direct");
@@ -294,7 +318,9 @@ Status Communicator::execute(const Task& task) {
   // scattered buffer for AllGather and ReduceScatter.
   const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
   const size_t bytes = blocked ? blockBytes * nranks_ : blockBytes;
+  std::optional<ChoiceTimer> timer;
   if (direct_ && directAllowed && bytes >= direct_->minBytes(task.coll)) {  // registered buffers: zero-copy
+    timer.emplace(direct_.get());
     PLAIT_ASSIGN_OR_RETURN(bool done, direct_->run(task));
     if (done) {
       tagged(task, bytes, "direct");

@@ -25,19 +25,21 @@ inline void resetLibrarySettings() {
 // to as well; count() reads it.
 class DirectTestEnv {
  public:
-  explicit DirectTestEnv(const char* minBytes = "1") {
+  explicit DirectTestEnv(const char* minBytes = "1", bool adapt = false) {
     path_ = "/tmp/plait-test-registration-" + std::to_string(getpid()) + ".log";
     std::remove(path_.c_str());
     setenv("PLAIT_DIRECT_MIN_BYTES", minBytes, 1);
     setenv("PLAIT_DIRECT_UNSYNCED_MIN_BYTES", minBytes, 1);
     setenv("PLAIT_DIRECT_CMA_MIN_BYTES", minBytes, 1);
+    setenv("PLAIT_DIRECT_CMA_ADAPT", adapt ? "1" : "0", 1);  // off: the static thresholds decide, as tests expect
     setenv("NCCL_DEBUG", "TRACE", 1);
     setenv("NCCL_DEBUG_SUBSYS", "COLL", 1);
     setenv("NCCL_DEBUG_FILE", path_.c_str(), 1);
     resetLibrarySettings();
   }
   ~DirectTestEnv() {
-    for (const char* v : {"PLAIT_DIRECT_MIN_BYTES", "PLAIT_DIRECT_UNSYNCED_MIN_BYTES", "PLAIT_DIRECT_CMA_MIN_BYTES", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}) unsetenv(v);
+    for (const char* v : {"PLAIT_DIRECT_MIN_BYTES", "PLAIT_DIRECT_UNSYNCED_MIN_BYTES", "PLAIT_DIRECT_CMA_MIN_BYTES",
+                          "PLAIT_DIRECT_CMA_ADAPT", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}) unsetenv(v);
     resetLibrarySettings();
     std::remove(path_.c_str());
   }

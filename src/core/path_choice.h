@@ -1,0 +1,113 @@
+// path_choice.h — for unregistered buffers between local processes, whether a
+// call goes through the FIFOs (copy in, copy out: the ring, the chains, the
+// point-to-point steps) or is copied once by cross-memory attach (the direct
+// path, core/direct.h), chosen call by call from what each has recently cost
+// here.
+//
+// Why measure rather than rule: on a quiet core pair the FIFOs win most of
+// these calls (a 1 MiB AllReduce at 2 ranks: 50-60 us against 130-150 by
+// cross-memory attach), but in the windows in which a VM's two cores copy
+// each other's freshly written lines slowly (perf/results/host/windows.md)
+// the FIFO path takes 5-10x longer while a single copy by the kernel does
+// not move (the same call: 600-850 us against 130-150). Which kind of window
+// a machine is in is not known in advance and changes within seconds.
+//
+// How: per collective and power-of-two size class, an estimate of each
+// path's time per byte, from this rank's own calls (the wall time of the
+// whole call, agreement included). The cheaper estimate wins; once per
+// exploration interval (PLAIT_DIRECT_CMA_EXPLORE_MS, or 50 times the other
+// path's estimated call where that is longer) the other path runs one call,
+// so a path that got slow is left at once and a path that recovered is found
+// again within that interval. Classes with
+// no estimate yet start with the static rule's choice and then try the
+// other, two calls each: a path's first call of a class is not counted.
+//
+// Only one rank's choice counts (rank 0's, the root's for rooted
+// collectives: the rank whose call spans the whole operation); it travels in
+// the direct path's descriptor, so every rank follows it.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+namespace plait {
+
+class PathChooser {
+ public:
+  static constexpr int kColls = 10;  // CollType's values
+  // Size classes: bit_width(bytes), from 2^14 (nothing smaller reaches the
+  // choice: the direct path starts at 16 KiB) up; larger sizes share the top one.
+  static constexpr int kClasses = 32;
+  static constexpr int kFirstClassBits = 15;
+
+  explicit PathChooser(uint64_t exploreNs = 100'000'000) : exploreNs_(exploreNs) {}
+
+  // true: cross-memory attach. `rule` is what the static thresholds say.
+  bool choose(int coll, size_t bytes, bool rule, uint64_t now) {
+    Class& c = classOf(coll, bytes);
+    const Estimate& fifo = c.path[0];
+    const Estimate& cma = c.path[1];
+    if (!fifo.valid && !cma.valid) return rule;
+    if (!fifo.valid || !cma.valid) {  // try the one not seen yet
+      c.exploredAt = now;
+      return !cma.valid;
+    }
+    const bool best = cma.nsPerByte < fifo.nsPerByte;
+    // Once per interval, the other path for one call (with an interval of 0,
+    // the two in turn); for calls so long that one such call would cost more
+    // than about 2% of the interval's time, the interval grows to keep it there.
+    const double otherNs = c.path[!best].nsPerByte * static_cast<double>(bytes);
+    const uint64_t interval = exploreNs_ == 0 ? 0 : std::max<uint64_t>(exploreNs_, static_cast<uint64_t>(50 * otherNs));
+    if (now - c.exploredAt >= interval && c.path[!best].at <= c.path[best].at) {
+      c.exploredAt = now;
+      return !best;
+    }
+    return best;
+  }
+
+  // What a call of `bytes` on path `cma` took, `elapsedNs` wall time.
+  void record(int coll, size_t bytes, bool cma, uint64_t elapsedNs, uint64_t now) {
+    Estimate& e = classOf(coll, bytes).path[cma];
+    if (!e.warm) {  // a path's first call of a class pays for cold caches, page faults, buffers: not counted
+      e.warm = true;
+      return;
+    }
+    const double sample = static_cast<double>(elapsedNs) / static_cast<double>(bytes == 0 ? 1 : bytes);
+    // A fresh look after a pause replaces the old figure; calls in a row
+    // average with it, so one slow call does not flip the choice alone.
+    e.nsPerByte = e.valid && now - e.at < exploreNs_ ? 0.5 * (e.nsPerByte + sample) : sample;
+    e.valid = true;
+    e.at = now;
+  }
+
+  // The estimates, for tests and the log: ns per byte, or a negative value
+  // where there is none.
+  double estimate(int coll, size_t bytes, bool cma) const {
+    const Estimate& e = const_cast<PathChooser*>(this)->classOf(coll, bytes).path[cma];
+    return e.valid ? e.nsPerByte : -1.0;
+  }
+
+ private:
+  struct Estimate {
+    double nsPerByte = 0;
+    uint64_t at = 0;
+    bool warm = false;   // its first call was seen
+    bool valid = false;  // and a later one
+  };
+  struct Class {
+    Estimate path[2];  // [0] the FIFOs, [1] cross-memory attach
+    uint64_t exploredAt = 0;
+  };
+  Class& classOf(int coll, size_t bytes) {
+    const int bits = static_cast<int>(std::bit_width(bytes));
+    const int k = bits < kFirstClassBits ? 0 : bits - kFirstClassBits >= kClasses ? kClasses - 1 : bits - kFirstClassBits;
+    return classes_[(coll < 0 ? 0 : coll) % kColls][k];
+  }
+
+  uint64_t exploreNs_;
+  Class classes_[kColls][kClasses];
+};
+
+}  // namespace plait

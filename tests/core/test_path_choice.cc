@@ -1,0 +1,103 @@
+// The choice between the FIFOs and cross-memory attach (core/path_choice.h),
+// driven with made-up times: the static rule first, each path's first call
+// not counted, the cheaper path kept, a path that turns slow left at once, and
+// the other tried again once its figure is older than the interval.
+#include <catch2/catch.hpp>
+
+#include "core/path_choice.h"
+
+using namespace plait;
+
+namespace {
+constexpr uint64_t kMs = 1'000'000;
+constexpr int kColl = 0;
+constexpr size_t kBytes = 1 << 20;
+
+// Runs one call the way the library does: choose, then record what the
+// chosen path "took" (fifoNs or cmaNs). Returns the choice.
+bool call(PathChooser& c, uint64_t now, uint64_t fifoNs, uint64_t cmaNs, bool rule = false) {
+  const bool cma = c.choose(kColl, kBytes, rule, now);
+  c.record(kColl, kBytes, cma, cma ? cmaNs : fifoNs, now);
+  return cma;
+}
+}  // namespace
+
+TEST_CASE("The chooser starts with the rule, tries both paths twice, then keeps the cheaper", "[path_choice]") {
+  for (bool rule : {false, true}) {
+    INFO("rule " << rule);
+    PathChooser c(100 * kMs);
+    uint64_t now = 1000 * kMs;
+    // The rule's path twice (the first call is not counted), then the other twice.
+    CHECK(call(c, now++, 50'000, 150'000, rule) == rule);
+    CHECK(call(c, now++, 50'000, 150'000, rule) == rule);
+    CHECK(c.estimate(kColl, kBytes, rule) > 0);
+    CHECK(c.estimate(kColl, kBytes, !rule) < 0);
+    CHECK(call(c, now++, 50'000, 150'000, rule) == !rule);
+    CHECK(call(c, now++, 50'000, 150'000, rule) == !rule);
+    // Both known: the FIFOs (50 us against 150) from now on, within the interval.
+    for (int i = 0; i < 50; ++i) CHECK_FALSE(call(c, now++, 50'000, 150'000, rule));
+    CHECK(c.estimate(kColl, kBytes, false) == Approx(50'000.0 / kBytes));
+  }
+}
+
+TEST_CASE("A path that turns slow is left at once; a recovered one is found again after the interval",
+          "[path_choice]") {
+  PathChooser c(100 * kMs);
+  uint64_t now = 1000 * kMs;
+  for (int i = 0; i < 4; ++i) call(c, now++, 50'000, 150'000);
+  REQUIRE_FALSE(call(c, now++, 50'000, 150'000));
+  // A slow window: the FIFOs take 700 us. Two calls average it in, then cross-memory attach.
+  CHECK_FALSE(call(c, now++, 700'000, 150'000));  // estimate (50 + 700) / 2 = 375 > 150
+  CHECK(call(c, now++, 700'000, 150'000));
+  for (int i = 0; i < 20; ++i) CHECK(call(c, now += kMs, 700'000, 150'000));
+  // The window ends; within the interval nothing tells the chooser...
+  CHECK(call(c, now += kMs, 50'000, 150'000));
+  // ...once the FIFOs' figure is 100 ms old they are tried again, found fast, and kept.
+  now += 100 * kMs;
+  CHECK_FALSE(call(c, now++, 50'000, 150'000));
+  for (int i = 0; i < 20; ++i) CHECK_FALSE(call(c, now += kMs, 50'000, 150'000));
+  // And cross-memory attach is looked at again once per interval, for one call.
+  now += 100 * kMs;
+  CHECK(call(c, now++, 50'000, 150'000));
+  CHECK_FALSE(call(c, now++, 50'000, 150'000));
+}
+
+TEST_CASE("Size classes and collectives keep figures of their own", "[path_choice]") {
+  PathChooser c(100 * kMs);
+  uint64_t now = 1000 * kMs;
+  for (int i = 0; i < 5; ++i) call(c, now++, 50'000, 150'000);
+  CHECK(c.estimate(kColl, kBytes, false) > 0);
+  CHECK(c.estimate(kColl, kBytes + 1000, false) > 0);  // the same power-of-two class
+  CHECK(c.estimate(kColl, 2 * kBytes, false) < 0);
+  CHECK(c.estimate(kColl + 1, kBytes, false) < 0);
+  CHECK(c.choose(kColl + 1, kBytes, true, now) == true);  // no figures: the rule
+}
+
+TEST_CASE("An interval of 0 alternates the paths on every call", "[path_choice]") {
+  PathChooser c(0);
+  uint64_t now = 1000 * kMs;
+  for (int i = 0; i < 4; ++i) call(c, now++, 50'000, 150'000);
+  bool last = call(c, now++, 50'000, 150'000);
+  for (int i = 0; i < 10; ++i) {
+    const bool next = call(c, now++, 50'000, 150'000);
+    CHECK(next != last);
+    last = next;
+  }
+}
+
+TEST_CASE("Calls so long that exploring costs more than 2% wait longer between explorations", "[path_choice]") {
+  PathChooser c(100 * kMs);
+  uint64_t now = 1000 * kMs;
+  // 64 MiB calls: the FIFOs 12 ms, cross-memory attach 20 ms, 50 x 20 ms = 1 s between tries.
+  const size_t big = size_t{64} << 20;
+  auto bigCall = [&](uint64_t at) {
+    const bool cma = c.choose(kColl, big, false, at);
+    c.record(kColl, big, cma, cma ? 20 * kMs : 12 * kMs, at);
+    return cma;
+  };
+  for (int i = 0; i < 4; ++i) bigCall(now += 12 * kMs);
+  int tries = 0;
+  for (int i = 0; i < 250; ++i) tries += bigCall(now += 12 * kMs);  // 3 s
+  CHECK(tries >= 2);
+  CHECK(tries <= 3);
+}
