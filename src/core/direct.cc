@@ -32,14 +32,16 @@ PLAIT_PARAM_INT(kDirectMinBytes, "DIRECT_MIN_BYTES", 16 << 10,
 PLAIT_PARAM_INT(kDirectUnsyncedMinBytes, "DIRECT_UNSYNCED_MIN_BYTES", 1 << 20,
                 "the same for Broadcast, Reduce, Gather, Scatter and AlltoAll, whose FIFO paths let ranks run ahead");
 PLAIT_PARAM_INT(kDirectChunkBytes, "DIRECT_CHUNK_BYTES", 64 << 10,
-                "bytes a direct AllReduce reduces at a time (all inputs of a chunk stay in cache)");
+                "bytes a direct reduction reduces at a time, and the size of each staging slot of one by "
+                "cross-memory attach (all inputs of a chunk stay in cache)");
 PLAIT_PARAM_INT(kDirectStreamBytes, "DIRECT_STREAM_BYTES", 32 << 20,
                 "direct out-of-place outputs of at least this many bytes are written with streaming stores");
 PLAIT_PARAM_INT(kDirectGatherPush, "DIRECT_ALLGATHER_PUSH", 0,
                 "direct AllGather: 0 each rank pulls peers' inputs, 1 each rank pushes its input to peers");
 PLAIT_PARAM_INT(kDirectCma, "DIRECT_CMA", 1,
-                "direct AllGather, Broadcast, Scatter, Gather and AlltoAll on unregistered buffers of local processes, "
-                "by cross-memory attach where PLAIT_P2P_CMA agreed it (0: registered buffers only)");
+                "direct collectives on unregistered buffers of local processes, by cross-memory attach where "
+                "PLAIT_P2P_CMA agreed it: the data movers, and the reductions as PLAIT_DIRECT_CMA_REDUCE_MIN_BYTES "
+                "and PLAIT_DIRECT_CMA_ADAPT say (0: registered buffers only)");
 // perf/host/direct_cma.sh (perf/results/host/direct_cma.md): at 2 ranks
 // AllGather takes 0.5-0.75x the ring's time at 64-256 KiB in every run, and
 // from 1 MiB the same as the ring's fast runs (the ring's time there varies 2x
@@ -131,8 +133,8 @@ Result<std::unique_ptr<DirectPath>> DirectPath::create(OobExchange& oob, ShmTran
   PLAIT_RETURN_IF_ERROR(d->probe(oob, deadline));
   if (!d->enabled_) return d;
   if (cma && d->cmaWanted_ && !d->oneProcess_)
-    PLAIT_INFO(kInit, "direct AllGather, Broadcast, Scatter, Gather and AlltoAll on unregistered buffers too, "
-               "by cross-memory attach");
+    PLAIT_INFO(kInit, "direct collectives on unregistered buffers too, by cross-memory attach (%s)",
+               kDirectCmaAdapt.get() != 0 ? "chosen over the FIFOs by measurement" : "by size thresholds");
   constexpr int64_t kMaxChunkBytes = int64_t{1} << 30;
   constexpr int64_t kMaxMappings = int64_t{1} << 16;
   if (kDirectChunkBytes.get() < 0 || kDirectChunkBytes.get() > kMaxChunkBytes)
@@ -142,6 +144,10 @@ Result<std::unique_ptr<DirectPath>> DirectPath::create(OobExchange& oob, ShmTran
     if (p->get() < 0)
       return invalidArgument("PLAIT_" + std::string(p->name()) + " is " + std::to_string(p->get()) +
                              "; must be at least 0");
+  constexpr int64_t kMaxExploreMs = int64_t{1} << 30;  // 12 days: the product in ns stays far from overflow
+  if (kDirectCmaExploreMs.get() > kMaxExploreMs)
+    return invalidArgument("PLAIT_DIRECT_CMA_EXPLORE_MS is " + std::to_string(kDirectCmaExploreMs.get()) +
+                           "; must be at most " + std::to_string(kMaxExploreMs));
   if (kDirectMaxMappings.get() > kMaxMappings)
     return invalidArgument("PLAIT_DIRECT_MAX_MAPPINGS is " + std::to_string(kDirectMaxMappings.get()) +
                            "; must be at most " + std::to_string(kMaxMappings));
@@ -354,9 +360,11 @@ Result<bool> DirectPath::exchange(const Task& task) {
                           std::to_string(mine.count) + " (shape " + std::to_string(mine.shape) +
                           "; the shape encodes collective, type, op, PLAIT_DIRECT_ALLGATHER_PUSH and root)");
   }
-  // The deciding rank's vote (every rank's own when the rule decides: they
-  // agree, since the rule's inputs are the same everywhere).
-  const bool useCma = (descs_[adaptive ? decider : rank_].shape & kShapeVoteCma) != 0;
+  // The deciding rank's vote, whether it chose by measurement or by the rule
+  // (ranks may differ in PLAIT_DIRECT_CMA_ADAPT): every rank reads the same
+  // bit. A rank that offered no cross-memory attach described its buffers as
+  // kNone, which sends every rank to the FIFOs below.
+  const bool useCma = (descs_[decider].shape & kShapeVoteCma) != 0;
   bool anyCma = false;
   for (int p = 0; p < nranks_; ++p) {
     const Touched u = touched(task, p);
@@ -418,9 +426,10 @@ Status DirectPath::resolve(const Task& task) {
       recvCma_[p] = descs_[p].recv.fd == kCma;
     }
   }
-  // Reductions by cross-memory attach stage n-1 inputs and one output per chunk.
-  const bool staged = std::any_of(sendCma_.begin(), sendCma_.end(), [](uint8_t c) { return c != 0; });
-  if (reduces(task.coll) && staged && stage_.size() < chunkBytes_ * static_cast<size_t>(nranks_))
+  // Reductions by cross-memory attach stage n-1 inputs and one output per
+  // chunk (Reduce's output slot even when every input is mapped).
+  auto any = [](const std::vector<uint8_t>& v) { return std::any_of(v.begin(), v.end(), [](uint8_t c) { return c != 0; }); };
+  if (reduces(task.coll) && (any(sendCma_) || any(recvCma_)) && stage_.size() < chunkBytes_ * static_cast<size_t>(nranks_))
     stage_.resize(chunkBytes_ * static_cast<size_t>(nranks_));
   return Status::ok();
 }
@@ -451,7 +460,7 @@ Status DirectPath::finish(Status mine) {
       mine = remoteError("rank " + std::to_string(p) + " could not do its part of the direct " +
                          "operation (its error says why); the output is undefined");
   }
-  if (!mine.isOk()) mine.withContext("direct path on registered buffers");
+  if (!mine.isOk()) mine.withContext("direct path (registered buffers or cross-memory attach)");
   return mine;
 }
 

@@ -1,16 +1,21 @@
-// direct.h — zero-copy collectives on registered buffers: each rank reads
-// its peers' inputs where they lie and writes results straight into their
-// outputs, instead of staging every byte through a FIFO (DESIGN.md §10).
+// direct.h — zero-copy collectives on registered buffers (and single-copy
+// ones by cross-memory attach on unregistered buffers between processes):
+// each rank reads its peers' inputs where they lie and writes results
+// straight into their outputs, instead of staging every byte through a FIFO
+// (DESIGN.md §10).
 //
 // Protocol, per operation, over the one-line FIFOs between local ranks:
 //   1. Every rank sends every peer a one-line descriptor: the operation's
 //      shape, and where its sendbuff and recvbuff lie (an ncclMemAlloc
-//      allocation's fd, generation and offset, or a plain pointer when every
-//      rank is a thread of one process). Posting it also says "my sendbuff
-//      is ready and my recvbuff may be written".
+//      allocation's fd, generation and offset, a plain pointer when every
+//      rank is a thread of one process, or an address in the describing
+//      process for cross-memory attach), and one bit, the rank's vote
+//      between that attach and the FIFOs (below). Posting it also says "my
+//      sendbuff is ready and my recvbuff may be written".
 //   2. From all descriptors every rank computes the same decision: go
 //      direct only if every buffer the algorithm touches in a peer is
-//      registered and mappable. Otherwise nothing was done and the caller
+//      registered and mappable, or open to cross-memory attach and the
+//      deciding rank voted for it. Otherwise nothing was done and the caller
 //      runs the FIFO path.
 //   3. Each rank does its share (below), then sends every peer a completion
 //      line and waits for every peer's, so no rank returns while a peer
@@ -51,10 +56,11 @@
 // used where each copy is at least PLAIT_DIRECT_CMA_MIN_BYTES (32 KiB) and,
 // for AllGather and Broadcast, whose rings pass data on through the caches,
 // up to PLAIT_DIRECT_CMA_MAX_BYTES (8 MiB) of their largest buffer.
-// Reductions go this way too (PLAIT_DIRECT_CMA_REDUCE_MIN_BYTES, off by
-// default): each rank reads its peers' chunks of its part into staging slots
-// (stageInputs), reduces them there and writes the result into the peers'
-// outputs (process_vm_writev). On a quiet machine that loses to the FIFOs
+// Reductions go this way too: each rank reads its peers' chunks of its part
+// into staging slots (stageInputs), reduces them there and writes the result
+// into the peers' outputs (process_vm_writev). As a static rule that is off
+// (PLAIT_DIRECT_CMA_REDUCE_MIN_BYTES); at 2 ranks the measured choice below
+// makes it. On a quiet machine that loses to the FIFOs
 // (a 2-rank 1 MiB AllReduce: 130-150 us against 50-60), in the windows in
 // which shared-memory copies between cores crawl it wins (the FIFOs: 600-850).
 //
@@ -88,8 +94,8 @@ class DirectPath {
   // the mapping probe succeeded everywhere. Blocks on the out-of-band
   // exchange until `deadline`.
   // `cma`: the communicator agreed cross-memory attach between its local
-  // ranks (the same on every rank); unregistered buffers of the data movers
-  // then go direct too.
+  // ranks (the same on every rank); unregistered buffers may then go direct
+  // too (the data movers, and the reductions as above).
   static Result<std::unique_ptr<DirectPath>> create(OobExchange& oob, ShmTransport* shm, bool cma,
                                                     Deadline deadline);
   ~DirectPath();
@@ -143,7 +149,8 @@ class DirectPath {
     uint64_t where = 0;  // memfd: offset in the allocation
   };
   struct Descriptor {
-    uint32_t shape = 0;  // collective, type, op kind, mode, root (mod 128): must match on every rank
+    uint32_t shape = 0;  // collective, type, op kind, mode, root (mod 128): must match on every rank,
+                         // but for kShapeVoteCma, the sender's vote
     uint32_t count = 0;  // low bits of the element count: must match too
     BufferRef send, recv;
     uint64_t scalar = 0;  // PreMulSum: this rank's scalar bits

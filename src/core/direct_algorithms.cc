@@ -1,7 +1,8 @@
 // direct_algorithms.cc — what each rank does in a direct collective, once
-// every buffer it touches is mapped (sends_ / recvs_, see direct.h). Every
-// reduction sums in rank order 0..n-1, so results are the same on every rank
-// and in every run.
+// every buffer it touches is mapped or known by its address in a peer for
+// cross-memory attach (sends_ / recvs_, sendCma_ / recvCma_, see direct.h).
+// Every reduction sums in rank order 0..n-1, so its results are the same on
+// every rank and in every direct run.
 #include <algorithm>
 
 #include "algorithms/types.h"

@@ -45,31 +45,31 @@ class PathChooser {
   explicit PathChooser(uint64_t exploreNs = 100'000'000) : exploreNs_(exploreNs) {}
 
   // true: cross-memory attach. `rule` is what the static thresholds say.
-  bool choose(int coll, size_t bytes, bool rule, uint64_t now) {
-    Class& c = classOf(coll, bytes);
+  bool choose(int coll, size_t bytes, bool rule, uint64_t now) const {
+    const Class& c = classOf(coll, bytes);
     const Estimate& fifo = c.path[0];
     const Estimate& cma = c.path[1];
     if (!fifo.valid && !cma.valid) return rule;
-    if (!fifo.valid || !cma.valid) {  // try the one not seen yet
-      c.exploredAt = now;
-      return !cma.valid;
-    }
+    if (!fifo.valid || !cma.valid) return !cma.valid;  // try the one not seen yet
     const bool best = cma.nsPerByte < fifo.nsPerByte;
     // Once per interval, the other path for one call (with an interval of 0,
     // the two in turn); for calls so long that one such call would cost more
-    // than about 2% of the interval's time, the interval grows to keep it there.
+    // than about 2% of the interval's time, the interval grows to keep it
+    // there, up to 20 intervals.
     const double otherNs = c.path[!best].nsPerByte * static_cast<double>(bytes);
-    const uint64_t interval = exploreNs_ == 0 ? 0 : std::max<uint64_t>(exploreNs_, static_cast<uint64_t>(50 * otherNs));
-    if (now - c.exploredAt >= interval && c.path[!best].at <= c.path[best].at) {
-      c.exploredAt = now;
-      return !best;
-    }
-    return best;
+    const double longest = 20.0 * static_cast<double>(exploreNs_);
+    const uint64_t interval = static_cast<uint64_t>(std::clamp(50.0 * otherNs, static_cast<double>(exploreNs_), longest));
+    return now - c.exploredAt >= interval && c.path[!best].at <= c.path[best].at ? !best : best;
   }
 
   // What a call of `bytes` on path `cma` took, `elapsedNs` wall time.
   void record(int coll, size_t bytes, bool cma, uint64_t elapsedNs, uint64_t now) {
-    Estimate& e = classOf(coll, bytes).path[cma];
+    Class& c = classOf(coll, bytes);
+    Estimate& e = c.path[cma];
+    // A call on the path that is not the cheaper (or not yet known) was a
+    // try; the next one is due an interval after it. (choose() does not mark
+    // it: a call it is asked about may still fall back for other reasons.)
+    if (!c.path[0].valid || !c.path[1].valid || cma != (c.path[1].nsPerByte < c.path[0].nsPerByte)) c.exploredAt = now;
     if (!e.warm) {  // a path's first call of a class pays for cold caches, page faults, buffers: not counted
       e.warm = true;
       return;
@@ -85,7 +85,7 @@ class PathChooser {
   // The estimates, for tests and the log: ns per byte, or a negative value
   // where there is none.
   double estimate(int coll, size_t bytes, bool cma) const {
-    const Estimate& e = const_cast<PathChooser*>(this)->classOf(coll, bytes).path[cma];
+    const Estimate& e = classOf(coll, bytes).path[cma];
     return e.valid ? e.nsPerByte : -1.0;
   }
 
@@ -100,10 +100,13 @@ class PathChooser {
     Estimate path[2];  // [0] the FIFOs, [1] cross-memory attach
     uint64_t exploredAt = 0;
   };
-  Class& classOf(int coll, size_t bytes) {
+  static int classIndex(size_t bytes) {
     const int bits = static_cast<int>(std::bit_width(bytes));
-    const int k = bits < kFirstClassBits ? 0 : bits - kFirstClassBits >= kClasses ? kClasses - 1 : bits - kFirstClassBits;
-    return classes_[(coll < 0 ? 0 : coll) % kColls][k];
+    return std::clamp(bits - kFirstClassBits, 0, kClasses - 1);
+  }
+  Class& classOf(int coll, size_t bytes) { return classes_[(coll < 0 ? 0 : coll) % kColls][classIndex(bytes)]; }
+  const Class& classOf(int coll, size_t bytes) const {
+    return classes_[(coll < 0 ? 0 : coll) % kColls][classIndex(bytes)];
   }
 
   uint64_t exploreNs_;

@@ -125,7 +125,8 @@ TEST_CASE("Aborting a non-blocking initialisation that waits for a missing rank"
 TEST_CASE("A negative PLAIT_DIRECT_CHUNK_BYTES is an error naming it", "[badchunk]") {
   std::string setting = "PLAIT_DIRECT_CHUNK_BYTES";
   for (const char* other : {"PLAIT_DIRECT_CMA_MIN_BYTES", "PLAIT_DIRECT_CMA_MAX_BYTES",
-                            "PLAIT_P2P_SCATTER_CMA_MIN_BYTES", "PLAIT_ALLTOALL_CMA"})
+                            "PLAIT_P2P_SCATTER_CMA_MIN_BYTES", "PLAIT_ALLTOALL_CMA", "PLAIT_DIRECT_CMA_EXPLORE_MS",
+                            "PLAIT_DIRECT_CMA_REDUCE_MIN_BYTES"})
     if (std::getenv(other) != nullptr) setting = other;
   INFO(setting);
   ncclUniqueId id;
