@@ -156,7 +156,10 @@ Status DirectPath::reduce(const Task& task) {
   char* out = recvs_[root];
   const bool remote = recvCma_[root] != 0;
   const bool nonTemporal = !remote && out != sends_[root] && task.count * elem >= streamBytes_;
-  char* staged = reinterpret_cast<char*>(stage_.data()) + chunkBytes_ * static_cast<size_t>(nranks_ - 1);
+  // The output slot after the n-1 input slots (stage_ is empty unless some
+  // buffer of this call goes by cross-memory attach).
+  char* staged =
+      remote ? reinterpret_cast<char*>(stage_.data()) + chunkBytes_ * static_cast<size_t>(nranks_ - 1) : nullptr;
   for (size_t off = begin; off < end; off += chunk) {
     const size_t count = std::min(chunk, end - off);
     PLAIT_RETURN_IF_ERROR(stageInputs(task, off * elem, count));
