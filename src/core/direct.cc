@@ -352,7 +352,8 @@ Result<bool> DirectPath::exchange(const Task& task) {
   for (int p = 0; p < nranks_; ++p)
     if (p != rank_) PLAIT_RETURN_IF_ERROR(shm_->lineRecv(p)->recv(&descs_[p], sizeof(Descriptor)));
   for (int p = 0; p < nranks_; ++p) {
-    if (((descs_[p].shape ^ mine.shape) & ~kShapeVoteCma) != 0 || descs_[p].count != mine.count)  // every rank reaches this same verdict
+    // Every rank reaches this same verdict; the vote bit may differ.
+    if (((descs_[p].shape ^ mine.shape) & ~kShapeVoteCma) != 0 || descs_[p].count != mine.count)
       return invalidUsage("ranks disagree on the operation: rank " + std::to_string(p) + " runs " +
                           collName(static_cast<CollType>(descs_[p].shape & 0xff)) + " with count " +
                           std::to_string(descs_[p].count) + " (shape " + std::to_string(descs_[p].shape) +
@@ -428,9 +429,11 @@ Status DirectPath::resolve(const Task& task) {
   }
   // Reductions by cross-memory attach stage n-1 inputs and one output per
   // chunk (Reduce's output slot even when every input is mapped).
-  auto any = [](const std::vector<uint8_t>& v) { return std::any_of(v.begin(), v.end(), [](uint8_t c) { return c != 0; }); };
-  if (reduces(task.coll) && (any(sendCma_) || any(recvCma_)) && stage_.size() < chunkBytes_ * static_cast<size_t>(nranks_))
-    stage_.resize(chunkBytes_ * static_cast<size_t>(nranks_));
+  auto any = [](const std::vector<uint8_t>& v) {
+    return std::any_of(v.begin(), v.end(), [](uint8_t c) { return c != 0; });
+  };
+  const size_t stageBytes = chunkBytes_ * static_cast<size_t>(nranks_);
+  if (reduces(task.coll) && (any(sendCma_) || any(recvCma_)) && stage_.size() < stageBytes) stage_.resize(stageBytes);
   return Status::ok();
 }
 

@@ -16,11 +16,11 @@
 // path's time per byte, from this rank's own calls (the wall time of the
 // whole call, agreement included). The cheaper estimate wins; once per
 // exploration interval (PLAIT_DIRECT_CMA_EXPLORE_MS, or 50 times the other
-// path's estimated call where that is longer) the other path runs one call,
-// so a path that got slow is left at once and a path that recovered is found
-// again within that interval. Classes with
-// no estimate yet start with the static rule's choice and then try the
-// other, two calls each: a path's first call of a class is not counted.
+// path's estimated call where that is longer, up to 20 intervals) the other
+// path runs one call, so a path that got slow is left at once and a path
+// that recovered is found again within that interval. Classes with no
+// estimate yet start with the static rule's choice and then try the other,
+// two calls each: a path's first call of a class is not counted.
 //
 // Only one rank's choice counts (rank 0's, the root's for rooted
 // collectives: the rank whose call spans the whole operation); it travels in
@@ -58,7 +58,8 @@ class PathChooser {
     // there, up to 20 intervals.
     const double otherNs = c.path[!best].nsPerByte * static_cast<double>(bytes);
     const double longest = 20.0 * static_cast<double>(exploreNs_);
-    const uint64_t interval = static_cast<uint64_t>(std::clamp(50.0 * otherNs, static_cast<double>(exploreNs_), longest));
+    const double shortest = static_cast<double>(exploreNs_);
+    const uint64_t interval = static_cast<uint64_t>(std::clamp(50.0 * otherNs, shortest, longest));
     return now - c.exploredAt >= interval && c.path[!best].at <= c.path[best].at ? !best : best;
   }
 

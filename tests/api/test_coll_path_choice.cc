@@ -53,7 +53,8 @@ std::string allReduceRepeated(int rank, ncclComm_t comm) {
             return std::string("ncclAllReduce: ") + ncclGetLastError(comm);
           for (size_t i = 0; i < count; ++i) {
             const int32_t want = static_cast<int32_t>((i * 7 + 3) % 1000) * 3 + 2 * rep;
-            const double got = t == ncclInt32 ? static_cast<const int32_t*>(recv)[i] : static_cast<const float*>(recv)[i];
+            const double got =
+                t == ncclInt32 ? static_cast<const int32_t*>(recv)[i] : static_cast<const float*>(recv)[i];
             if (got != want)
               return "AllReduce of " + std::to_string(count) + (inPlace ? " in place" : "") + ", element " +
                      std::to_string(i) + ": " + std::to_string(got) + ", want " + std::to_string(want);
@@ -169,7 +170,8 @@ std::string reduceAll(int rank, ncclComm_t comm, const std::string& file) {
           std::fill(res.begin(), res.end(), 0);
           if (ncclReduce(in.data(), res.data(), 2 * count, t, op, root, comm, nullptr) != ncclSuccess)
             return std::string("ncclReduce: ") + ncclGetLastError(comm);
-          if (rank == root) out.write(reinterpret_cast<const char*>(res.data()), static_cast<std::streamsize>(res.size()));
+          if (rank == root)
+            out.write(reinterpret_cast<const char*>(res.data()), static_cast<std::streamsize>(res.size()));
         }
         std::fill(res.begin(), res.end(), 0);
         if (ncclReduceScatter(in.data(), res.data(), count, t, op, comm, nullptr) != ncclSuccess)
