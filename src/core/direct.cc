@@ -338,9 +338,9 @@ Result<bool> DirectPath::exchange(const Task& task) {
     if (nranks_ == 2) stage_.resize(chunkBytes_ * 2);  // reductions may then go by CMA on any call
   }
   const int decider = rooted(task.coll) ? task.root : 0;
-  if (adaptive && rank_ == decider && chooser_->choose(static_cast<int>(task.coll), largest, rule, nowNs()))
-    mine.shape |= kShapeVoteCma;
-  else if (!adaptive && rule)
+  const bool choosing = adaptive && rank_ == decider;
+  if (choosing) measureStart_ = nowNs();  // the call is timed from its vote (record())
+  if (choosing ? chooser_->choose(static_cast<int>(task.coll), largest, rule, measureStart_) : !adaptive && rule)
     mine.shape |= kShapeVoteCma;
   const bool cmaOffered = adaptive || rule;
   if (me.send) mine.send = describe(task.sendbuff, me.sendBytes, cmaOffered);
@@ -383,7 +383,7 @@ Result<bool> DirectPath::exchange(const Task& task) {
   }
   // Every buffer is registered or open to cross-memory attach; the choice
   // between the latter and the FIFOs is timed (record()).
-  if (anyCma && adaptive && rank_ == decider) {
+  if (anyCma && choosing) {
     measuring_ = true;
     measuredCma_ = useCma;
     measuredBytes_ = largest;
@@ -397,10 +397,11 @@ Result<bool> DirectPath::exchange(const Task& task) {
   return true;
 }
 
-void DirectPath::record(uint64_t elapsedNs) {
+void DirectPath::record() {
   if (!measuring_) return;
   measuring_ = false;
-  chooser_->record(measuredColl_, measuredBytes_, measuredCma_, elapsedNs, nowNs());
+  const uint64_t now = nowNs();
+  chooser_->record(measuredColl_, measuredBytes_, measuredCma_, now - measureStart_, now);
 }
 
 // The address of every buffer this rank touches, in its own address space.

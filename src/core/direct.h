@@ -122,10 +122,10 @@ class DirectPath {
   }
 
   // After run(): whether this rank chose between the FIFOs and cross-memory
-  // attach for the call (core/path_choice.h), and then what the whole call
-  // took, whichever path ran it. The executor times the call.
+  // attach for the call (core/path_choice.h). The executor calls record()
+  // once the call is done, whichever path ran it: the time since the vote.
   bool measuring() const { return measuring_; }
-  void record(uint64_t elapsedNs);
+  void record();
 
   // Collective for every rank of the communicator, with the same task shape.
   // True: the operation was done directly. False: the ranks agreed to fall
@@ -186,7 +186,6 @@ class DirectPath {
   // srcs_[p] = rank p's input at byte srcAt for `count` elements, here:
   // mapped, or copied into a staging slot when sendCma_[p].
   Status stageInputs(const Task& task, size_t srcAt, size_t count);
-  Status writeOut(const Task& task, int peer, const char* local, char* remote, size_t count) const;
   // dsts[0..nDsts) = srcs_[0] op ... op srcs_[n-1] for `count` elements, in
   // rank order.
   void reduceInto(const Task& task, size_t count, char* const* dsts, int nDsts, bool nonTemporal);
@@ -227,6 +226,7 @@ class DirectPath {
   uint64_t exploreNs_ = 0;                // PLAIT_DIRECT_CMA_EXPLORE_MS
   std::unique_ptr<PathChooser> chooser_;  // made by the first call that may choose
   bool measuring_ = false;                // run() left a choice for record()
+  uint64_t measureStart_ = 0;             // when this rank voted
   bool measuredCma_ = false;
   size_t measuredBytes_ = 0;
   int measuredColl_ = 0;

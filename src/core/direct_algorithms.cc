@@ -103,12 +103,6 @@ Status DirectPath::stageInputs(const Task& task, size_t srcAt, size_t count) {
   return Status::ok();
 }
 
-// A chunk's result at `local` (this address space) written into peer p's
-// output at `remote` by cross-memory attach.
-Status DirectPath::writeOut(const Task& task, int peer, const char* local, char* remote, size_t count) const {
-  return transfer(task, peer, true, local, remote, count, false);
-}
-
 // The chunk size a reduction works in: every staged input of a chunk and its
 // result stay in cache together.
 size_t DirectPath::reductionChunk(size_t elem) const {
@@ -140,7 +134,7 @@ Status DirectPath::allReduce(const Task& task) {
     reduceInto(task, count, dsts_.data(), nDsts, nonTemporal);
     for (int k = 1; k < nranks_; ++k) {
       const int p = (rank_ + k) % nranks_;
-      if (recvCma_[p]) PLAIT_RETURN_IF_ERROR(writeOut(task, p, recvs_[rank_] + at, recvs_[p] + at, count));
+      if (recvCma_[p]) PLAIT_RETURN_IF_ERROR(transfer(task, p, true, recvs_[rank_] + at, recvs_[p] + at, count, false));
     }
   }
   return Status::ok();
@@ -165,7 +159,7 @@ Status DirectPath::reduce(const Task& task) {
     PLAIT_RETURN_IF_ERROR(stageInputs(task, off * elem, count));
     char* dst = remote ? staged : out + off * elem;
     reduceInto(task, count, &dst, 1, nonTemporal);
-    if (remote) PLAIT_RETURN_IF_ERROR(writeOut(task, root, staged, out + off * elem, count));
+    if (remote) PLAIT_RETURN_IF_ERROR(transfer(task, root, true, staged, out + off * elem, count, false));
   }
   return Status::ok();
 }

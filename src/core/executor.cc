@@ -16,7 +16,6 @@
 #include "core/alg_selection.h"
 #include "core/comm.h"
 #include "core/live_ranks.h"
-#include "plait/clock.hpp"
 
 namespace plait {
 // One knob bounds every wait, bootstrap and operations alike (PLAIT_TIMEOUT).
@@ -268,20 +267,19 @@ void Communicator::logPlanOnce(const Task& task, size_t bytes, const Plan& plan)
 
 namespace {
 
-// Times a call whose path the direct path's chooser picked (core/path_choice.h)
-// and tells it the result, whichever path ran it.
+// Tells the direct path's chooser (core/path_choice.h) when a call it chose
+// a path for is done, whichever path ran it.
 class ChoiceTimer {
  public:
-  explicit ChoiceTimer(DirectPath* direct) : direct_(direct), start_(nowNs()) {}
+  explicit ChoiceTimer(DirectPath* direct) : direct_(direct) {}
   ~ChoiceTimer() {
-    if (direct_->measuring()) direct_->record(nowNs() - start_);
+    if (direct_->measuring()) direct_->record();
   }
   ChoiceTimer(const ChoiceTimer&) = delete;
   ChoiceTimer& operator=(const ChoiceTimer&) = delete;
 
  private:
   DirectPath* direct_;
-  uint64_t start_;
 };
 
 }  // namespace
