@@ -153,7 +153,7 @@ asan_build() {
 # tables only (-g1: reports keep file:line). No suppressions: TSan cannot see
 # a release through a peer's segment mapped at another address than its
 # owner's, so the transports name it there (src/base/tsan.h) instead.
-TSAN_HOST_TARGETS="test_wait test_fifo test_line_fifo test_fd_passing test_net test_net_gdr test_api_faults test_api_lifetime
+TSAN_HOST_TARGETS="test_wait test_worker_pool test_fifo test_line_fifo test_fd_passing test_net test_net_gdr test_api_faults test_api_lifetime
   test_api_mismatch test_membership test_encryption test_rma test_op_status test_nonblocking test_allreduce
   test_p2p_groups test_registration"
 tsan_host_build() {

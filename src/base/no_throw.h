@@ -8,9 +8,9 @@
 #include <exception>
 #include <new>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "base/worker_pool.h"
 #include "plait/status.hpp"
 
 namespace plait {
@@ -39,25 +39,24 @@ Status noThrow(Body&& body) {
 }
 
 // Runs body(i) for every i in [0, n) at the same time: i = 0 on the calling
-// thread, the others on new threads, and joins them. Returns each body's
-// Status. A thread that cannot be started (std::system_error: no memory, or
-// the process's thread limit) leaves its body unrun with an error Status, and
-// the bodies already running are still joined: an unjoined std::thread is
-// std::terminate.
+// thread, the others on the calling thread's pool of workers (worker_pool.h),
+// and returns once all returned. Returns each body's Status. A thread that
+// cannot be started (std::system_error: no memory, or the process's thread
+// limit) leaves its body unrun with an error Status.
 template <class Body>
 std::vector<Status> runConcurrently(size_t n, Body body) {
   std::vector<Status> results(n);
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  for (size_t i = 1; i < n; ++i) {
-    try {
-      threads.emplace_back([&results, &body, i] { results[i] = noThrow([&] { return body(i); }); });
-    } catch (...) {
-      results[i] = statusFromCurrentException().withContext("starting a thread");
-    }
-  }
-  if (n > 0) results[0] = noThrow([&] { return body(size_t{0}); });
-  for (auto& t : threads) t.join();
+  struct Job {
+    Body* body;
+    Status* results;
+  } job{&body, results.data()};
+  runOnWorkers(
+      n,
+      [](void* arg, size_t i) {
+        Job* j = static_cast<Job*>(arg);
+        j->results[i] = noThrow([&] { return (*j->body)(i); });
+      },
+      &job, results.data());
   return results;
 }
 

@@ -1,0 +1,37 @@
+// worker_pool.h — the threads runConcurrently (no_throw.h) runs its bodies on,
+// kept from one call to the next.
+//
+// One thread driving several communicators (ncclCommInitAll, then a group
+// with a call on each: nccl-tests' -g) runs each communicator's part of a
+// ncclGroupEnd on a thread of its own, at the same time. Starting and joining
+// a thread per communicator per group cost about 50 us on this VM, 200x an
+// 8-byte AllReduce. So each calling thread keeps a pool: its workers wait for
+// their next body by yielding for up to 200 us (back-to-back groups find them
+// awake; a yield gives the core away when anything else wants it), then sleep
+// on a futex until a body or the end of the calling thread wakes them. A pool's workers end, and are joined, when
+// the thread that owns the pool exits.
+//
+// Bodies do not inherit the caller's thread-local state, and a worker's
+// thread-local state outlives its body: bodies set what they rely on
+// (DeviceGroupScope::Adopt, the comm's device) as they did on fresh threads.
+//
+// A body that calls runConcurrently on the calling thread while its pool is
+// busy (a nested call) gets a pool of its own for that call, joined at its end.
+// After fork() the child's pools (whose threads the child does not have) are
+// set aside untouched, and a new one starts on first use.
+#pragma once
+
+#include <cstddef>
+
+#include "plait/status.hpp"
+
+namespace plait {
+
+// Runs job(arg, i) for every i in [0, n) at the same time: i = 0 on the
+// calling thread, the others on its pool's workers; returns once every job
+// returned. job must not throw. A worker that cannot be started (no memory,
+// the process's thread limit) leaves its job unrun and its notStarted[i] set
+// to the error; notStarted has n entries, and the others are left untouched.
+void runOnWorkers(size_t n, void (*job)(void* arg, size_t i), void* arg, Status* notStarted);
+
+}  // namespace plait
