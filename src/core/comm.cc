@@ -55,10 +55,14 @@ PLAIT_PARAM_INT(kP2pCma, "P2P_CMA", 1,
 // each of them to be scheduled, where a FIFO step lets the sender go on. At 4
 // ranks on this project's 2-core VM the FIFO path took 0.51-0.91x the time of
 // the single copies from 64 KiB to 16 MiB (two runs of 9 interleaved rounds,
-// perf/results/host/alltoall_cma.md); with a core per rank they stay.
+// perf/results/host/alltoall_cma.md); with a core per rank they stay. In
+// the VM's slow windows the 4-rank 1 MiB AlltoAll took 486-528 us through the
+// FIFOs against 162-263 by single copies (perf/results/host/windows.md), so
+// where the direct path chooses by measurement (PLAIT_DIRECT_CMA_ADAPT) it
+// may still pick them.
 PLAIT_PARAM_INT(kAlltoAllCma, "ALLTOALL_CMA", -1,
                 "AlltoAll's single copies by cross-memory attach (point-to-point and direct path): 1 on, 0 off, "
-                "-1 off where the local ranks share cores, else on");
+                "-1 off where the local ranks share cores (unless measured faster on the direct path), else on");
 
 // Whether every local rank can read every other local rank's memory with
 // process_vm_readv (ptrace permission): each reads its peers' probe words,
@@ -329,7 +333,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   direct_->setReproducible(reproducible_);
   // The same on every local rank: oversubscription is judged on the union of their CPU masks.
   alltoallCma_ = cma_ && (kAlltoAllCma.get() == 1 || (kAlltoAllCma.get() < 0 && !oversubscribed_));
-  direct_->setAlltoAllCma(alltoallCma_);
+  direct_->setAlltoAllCma(alltoallCma_, cma_ && kAlltoAllCma.get() != 0);
   deviceHostOptions_ = so;
   deviceHostOptions_.dedicatedCores = false;  // the device path's host threads share the rank's CPUs
   hostOf_ = hostOf;

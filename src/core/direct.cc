@@ -325,12 +325,16 @@ Result<bool> DirectPath::exchange(const Task& task) {
   const bool ring = task.coll == CollType::kAllGather || task.coll == CollType::kBroadcast;
   const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
   const size_t largest = blocked ? block * nranks_ : block;
-  const bool cmaPossible = cma_ && block >= cmaMinBytes_ && (task.coll != CollType::kAlltoAll || alltoallCma_);
+  const bool alltoall = task.coll == CollType::kAlltoAll;
+  const bool cmaPossible = cma_ && block >= cmaMinBytes_ && (!alltoall || alltoallCmaAllowed_);
   // The static rule; for every data mover, and for reductions at 2 ranks
   // (where both paths reduce the same two inputs, so give the same bits;
   // tests/api/test_coll_path_choice.cc), the measured choice instead. The
-  // reproducible modes keep to the rule.
-  const bool rule = cmaPossible && (reduction ? largest >= cmaReduceMinBytes_ : !(ring && largest > cmaMaxBytes_));
+  // reproducible modes keep to the rule. AlltoAll where the local ranks
+  // share cores: the FIFOs by the rule, cross-memory attach only by
+  // measurement (in the VM's slow windows, perf/results/host/windows.md).
+  const bool rule = cmaPossible && (!alltoall || alltoallCma_) &&
+                    (reduction ? largest >= cmaReduceMinBytes_ : !(ring && largest > cmaMaxBytes_));
   const bool adaptive =
       cmaPossible && adapt_ && (!reduction || (nranks_ == 2 && reproducible_ == kReproducibleOff));
   if (adaptive && !chooser_) {  // the first call that may choose (about 18 KB of figures)
@@ -346,7 +350,7 @@ Result<bool> DirectPath::exchange(const Task& task) {
   if (me.send) mine.send = describe(task.sendbuff, me.sendBytes, cmaOffered);
   if (me.recv) mine.recv = describe(task.recvbuff, me.recvBytes, cmaOffered);
   // In place, peers would read blocks of this rank's input it overwrites.
-  if (task.coll == CollType::kAlltoAll && task.sendbuff == task.recvbuff) mine.send.fd = kNone;
+  if (alltoall && task.sendbuff == task.recvbuff) mine.send.fd = kNone;
   for (int p = 0; p < nranks_; ++p)
     if (p != rank_) PLAIT_RETURN_IF_ERROR(shm_->lineSend(p)->send(&mine, sizeof mine));
   for (int p = 0; p < nranks_; ++p)

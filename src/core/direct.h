@@ -106,9 +106,15 @@ class DirectPath {
   // PLAIT_REPRODUCIBLE as the communicator agreed it: floating reductions
   // then fold in rank order (foldInRankOrder), as every path does.
   void setReproducible(int mode) { reproducible_ = mode; }
-  // Whether AlltoAll on unregistered buffers may copy by cross-memory attach
-  // (the same on every rank; PLAIT_ALLTOALL_CMA in comm.cc).
-  void setAlltoAllCma(bool on) { alltoallCma_ = on; }
+  // Whether AlltoAll on unregistered buffers copies by cross-memory attach
+  // by the static rule (`rule`), and whether it may at all (`allowed`: then
+  // the measured choice may pick it where the rule does not, as where the
+  // local ranks share cores). The same on every rank; PLAIT_ALLTOALL_CMA in
+  // comm.cc.
+  void setAlltoAllCma(bool rule, bool allowed) {
+    alltoallCma_ = rule && allowed;
+    alltoallCmaAllowed_ = allowed;
+  }
   // Operations of `coll` of at least this many bytes (their largest buffer)
   // should call run(); SIZE_MAX when direct operation is off. Broadcast,
   // Reduce, Gather, Scatter and AlltoAll have a threshold of their own: on
@@ -233,7 +239,8 @@ class DirectPath {
   // Descriptor::shape's bit for the sender's vote: cross-memory attach.
   static constexpr uint32_t kShapeVoteCma = 1u << 23;
   int reproducible_ = 0;             // PLAIT_REPRODUCIBLE (core/reproducible.h)
-  bool alltoallCma_ = true;          // setAlltoAllCma
+  bool alltoallCma_ = true;          // setAlltoAllCma: by the static rule
+  bool alltoallCmaAllowed_ = true;   // setAlltoAllCma: by measurement
   std::vector<unsigned char> foldScratch_;  // foldInto: nranks scaled chunks and the result
   std::vector<const void*> foldInputs_;     // foldInto: per rank, its chunk (scaled or in place)
   static constexpr int kCollTypes = 10;  // CollType's values
