@@ -14,11 +14,13 @@
 //
 // How: per collective and power-of-two size class, an estimate of each
 // path's time per byte, from this rank's own calls (the wall time of the
-// whole call, agreement included). The cheaper estimate wins; once per
+// whole call, agreement included: the cheapest of its last three calls in a
+// row, so a path looks slow once it was slow three times running, never for
+// one call whose rank was descheduled). The cheaper estimate wins; once per
 // exploration interval (PLAIT_DIRECT_CMA_EXPLORE_MS, or 50 times the other
 // path's estimated call where that is longer, up to 20 intervals) the other
-// path runs one call, so a path that got slow is left at once and a path
-// that recovered is found again within that interval. Classes with no
+// path runs one call, so a path that got slow is left within three calls and
+// a path that recovered is found again within that interval. Classes with no
 // estimate yet start with the static rule's choice and then try the other,
 // two calls each: a path's first call of a class is not counted.
 //
@@ -76,9 +78,21 @@ class PathChooser {
       return;
     }
     const double sample = static_cast<double>(elapsedNs) / static_cast<double>(bytes == 0 ? 1 : bytes);
-    // A fresh look after a pause replaces the old figure; calls in a row
-    // average with it, so one slow call does not flip the choice alone.
-    e.nsPerByte = e.valid && now - e.at < exploreNs_ ? 0.5 * (e.nsPerByte + sample) : sample;
+    // A fresh look after a pause replaces the old figures; calls in a row
+    // keep the last kRecent, and the estimate is the cheapest of them: a
+    // path looks slow only once it was slow kRecent calls in a row. Ranks
+    // that share cores see single calls take many times their usual time
+    // (the rank or a peer was descheduled); the windows last seconds.
+    if (e.valid && now - e.at < exploreNs_) {
+      e.recent[e.next] = sample;
+      e.next = (e.next + 1) % kRecent;
+      e.count = std::min(e.count + 1, kRecent);
+    } else {
+      e.recent[0] = sample;
+      e.next = 1 % kRecent;
+      e.count = 1;
+    }
+    e.nsPerByte = *std::min_element(e.recent, e.recent + e.count);
     e.valid = true;
     e.at = now;
   }
@@ -91,8 +105,12 @@ class PathChooser {
   }
 
  private:
+  static constexpr int kRecent = 3;  // calls in a row an estimate keeps
   struct Estimate {
     double nsPerByte = 0;
+    double recent[kRecent] = {};  // the last calls' ns per byte, `count` of them, the next to go at `next`
+    int count = 0;
+    int next = 0;
     uint64_t at = 0;
     bool warm = false;   // its first call was seen
     bool valid = false;  // and a later one
