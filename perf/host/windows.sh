@@ -5,8 +5,9 @@
 # over and over for SECONDS (240); after each run slower than 10 GB/s busbw it
 # runs, twice, within the same second or two: Plait again, Open MPI's Reduce
 # with its single copy by CMA (default) and without it (shared-memory copy in
-# and out, as Plait's FIFOs), memcpy_perf (2 threads, each its own buffer), and
-# both libraries' 8-byte AllReduce latency. Prints one line per such round.
+# and out, as Plait's FIFOs), memcpy_perf (2 threads, each its own buffer),
+# both libraries' 8-byte AllReduce latency, and the round trip of one cache
+# line between CPUs 0 and 1 (cacheline_rtt). Prints one line per such round.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${1:-build-host/bin}
@@ -27,6 +28,7 @@ while ((SECONDS < end)); do
     c=$("$BIN/memcpy_perf" -t 2 -b 1M -e 1M -n 200 -w 20 2>&1 | awk '/Avg bus/{print $NF}')
     ml=$(us "${mpi[@]}" "$BIN/mpi_coll_perf" -c allreduce -b 8 -e 8 -n 2000 -w 100 -k 0)
     pl=$(us "$BIN/plait-run" -n 2 -- "$BIN/all_reduce_perf" -b 8 -e 8 -n 2000 -w 100 -c 0)
-    echo "$(date +%T) first $first | GB/s: plait $p  openmpi $m  openmpi-nocma $n  memcpy $c | 8 B: openmpi ${ml} us  plait ${pl} us"
+    rtt=$("$BIN/cacheline_rtt")
+    echo "$(date +%T) first $first | GB/s: plait $p  openmpi $m  openmpi-nocma $n  memcpy $c | 8 B: openmpi ${ml} us  plait ${pl} us | line round trip ${rtt} ns"
   done
 done
