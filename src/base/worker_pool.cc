@@ -90,13 +90,17 @@ void Worker::post(void (*j)(void*, size_t), void* a, size_t i) {
 }
 
 // Bounded by the job itself: a body is a library call with its own deadline.
+// Never returns before the job did (it reads the caller's frame): the wait
+// has no deadline or abort flag, and the caller's per-thread wait check is
+// off for it, so no early return can come, and the loop would outlast one.
 void Worker::waitFinished() {
   const uint32_t target = posted.load(std::memory_order_relaxed);
   WaitContext ctx;
   ctx.oversubscribed = idleSpins.load(std::memory_order_relaxed) == 0;  // yield the CPU the job needs
   ctx.what = "a communicator's part of a group run on another thread";
-  (void)waitUntil([&] { return finished.load(std::memory_order_acquire) == target; }, &finished,
-                  &finishedSleepers, ctx);
+  ScopedWaitCheck noCheck(WaitCheck{});
+  auto done = [&] { return finished.load(std::memory_order_acquire) == target; };
+  while (!done()) (void)waitUntil(done, &finished, &finishedSleepers, ctx);
 }
 
 void Worker::stopAndJoin() {
@@ -170,23 +174,40 @@ class Pool {
 // parent, so they are never joined or freed, only kept reachable.
 Pool* setAsidePools = nullptr;
 
-struct PoolHolder {
-  Pool* pool = nullptr;
-  ~PoolHolder() {
-    if (pool != nullptr && pool->forks() == forkCount.load(std::memory_order_relaxed)) delete pool;
-  }
-  Pool& get() {
-    if (pool != nullptr && pool->forks() != forkCount.load(std::memory_order_relaxed)) {  // a fork's child
-      pool->setAside = setAsidePools;
-      setAsidePools = pool;
-      pool = nullptr;
-    }
-    if (pool == nullptr) pool = new Pool();
-    return *pool;
+// The thread's pool, and whether the thread is exiting. Plain thread-locals
+// with no destructor of their own, so they stay readable after the reaper
+// below ran (a store to the reaper's own members in its destructor would be
+// dead to the compiler).
+constinit thread_local Pool* tlsPool = nullptr;
+constinit thread_local bool tlsExiting = false;
+
+// Registered with the thread's exit when the thread's first pool is made;
+// ends and joins that pool's workers.
+struct PoolReaper {
+  ~PoolReaper() {
+    if (tlsPool != nullptr && tlsPool->forks() == forkCount.load(std::memory_order_relaxed)) delete tlsPool;
+    tlsPool = nullptr;
+    tlsExiting = true;
   }
 };
+thread_local PoolReaper tlsReaper;
 
-thread_local PoolHolder tlsPool;
+// The thread's pool, or nullptr once the thread's thread-locals are being
+// destroyed (a later thread-local's or, on the main thread, a static
+// destructor's group): then the caller runs on a pool of its own.
+Pool* threadPool() {
+  if (tlsExiting) return nullptr;
+  if (tlsPool != nullptr && tlsPool->forks() != forkCount.load(std::memory_order_relaxed)) {  // a fork's child
+    tlsPool->setAside = setAsidePools;
+    setAsidePools = tlsPool;
+    tlsPool = nullptr;
+  }
+  if (tlsPool == nullptr) {
+    [[maybe_unused]] PoolReaper& reaper = tlsReaper;  // its destructor now runs at the thread's exit
+    tlsPool = new Pool();
+  }
+  return tlsPool;
+}
 
 }  // namespace
 
@@ -198,15 +219,15 @@ void runOnWorkers(size_t n, void (*job)(void* arg, size_t i), void* arg, Status*
   }
   Pool* pool = nullptr;
   try {
-    pool = &tlsPool.get();
+    pool = threadPool();
   } catch (...) {
     for (size_t i = 1; i < n; ++i) notStarted[i] = statusFromCurrentException().withContext("starting a thread");
     job(arg, 0);
     return;
   }
-  if (pool->busy()) {  // nested: this call's own workers, joined when it returns
-    Pool nested;
-    nested.run(n, job, arg, notStarted);
+  if (pool == nullptr || pool->busy()) {  // nested, or the thread is exiting: workers joined on return
+    Pool own;
+    own.run(n, job, arg, notStarted);
     return;
   }
   pool->run(n, job, arg, notStarted);

@@ -16,7 +16,8 @@
 // (DeviceGroupScope::Adopt, the comm's device) as they did on fresh threads.
 //
 // A body that calls runConcurrently on the calling thread while its pool is
-// busy (a nested call) gets a pool of its own for that call, joined at its end.
+// busy (a nested call) gets a pool of its own for that call, joined at its
+// end; so does a call made while the thread's thread-locals are destroyed.
 // After fork() the child's pools (whose threads the child does not have) are
 // set aside untouched, and a new one starts on first use.
 #pragma once

@@ -1,7 +1,8 @@
 // runConcurrently's pool (src/base/worker_pool.h): bodies run at the same time,
-// on the caller and on workers kept from call to call, nested calls and a
-// fork's child get working threads, a thread's pool ends with it, and each
-// body's Status (or exception) comes back at its index.
+// on the caller and on workers kept from call to call; nested calls, calls
+// from a thread-local's destructor and a fork's child get working threads; a
+// thread's pool ends with it; and each body's Status (or exception) comes back
+// at its index.
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
@@ -16,7 +17,6 @@
 #include <vector>
 
 #include "base/no_throw.h"
-#include "base/tsan.h"
 
 using namespace plait;
 
@@ -39,62 +39,92 @@ struct Rendezvous {
   }
 };
 
-// The bodies' threads for one call of n, checking they all ran at once.
-std::vector<std::thread::id> runAndRecord(size_t n) {
+// One call of n bodies: their threads, and whether every body returned ok
+// having met the others. No Catch2 macros: it also runs off the main thread.
+struct Call {
+  std::vector<std::thread::id> ids;
+  bool ok = false;
+};
+Call runAndRecord(size_t n) {
   Rendezvous r(n);
-  std::vector<std::thread::id> ids(n);
+  Call call;
+  call.ids.resize(n);
   const std::vector<Status> results = runConcurrently(n, [&](size_t i) {
-    ids[i] = std::this_thread::get_id();
+    call.ids[i] = std::this_thread::get_id();
     return r.meet() ? Status::ok() : Status(Code::kInternalError, "body " + std::to_string(i) + " ran alone");
   });
-  REQUIRE(results.size() == n);
-  for (size_t i = 0; i < n; ++i) CHECK(results[i].isOk());
-  return ids;
+  call.ok = results.size() == n;
+  for (const Status& s : results) call.ok = call.ok && s.isOk();
+  return call;
 }
+
+std::set<std::thread::id> workersOf(const Call& c) { return {c.ids.begin() + 1, c.ids.end()}; }
 
 size_t threadsInProcess() {
   size_t count = 0;
   DIR* d = opendir("/proc/self/task");
-  REQUIRE(d != nullptr);
+  if (d == nullptr) return 0;
   while (dirent* e = readdir(d))
     if (e->d_name[0] != '.') ++count;
   closedir(d);
   return count;
 }
 
+// A thread that pthread_join returned for may still be listed for a moment.
+bool threadsFallTo(size_t want) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (threadsInProcess() > want)
+    if (std::chrono::steady_clock::now() > until) return false;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return threadsInProcess() == want;
+}
+
 }  // namespace
 
 TEST_CASE("runConcurrently runs every body at once, body 0 on the caller", "[worker_pool]") {
   for (size_t n : {1, 2, 4, 7}) {
-    const std::vector<std::thread::id> ids = runAndRecord(n);
-    CHECK(ids[0] == std::this_thread::get_id());
-    CHECK(std::set<std::thread::id>(ids.begin(), ids.end()).size() == n);
+    const Call c = runAndRecord(n);
+    CHECK(c.ok);
+    CHECK(c.ids[0] == std::this_thread::get_id());
+    CHECK(std::set<std::thread::id>(c.ids.begin(), c.ids.end()).size() == n);
   }
   CHECK(runConcurrently(0, [](size_t) { return Status::ok(); }).empty());
 }
 
 TEST_CASE("runConcurrently keeps its workers from one call to the next", "[worker_pool]") {
-  std::thread owner([] {
-    const std::vector<std::thread::id> first = runAndRecord(4);
-    for (int round = 0; round < 200; ++round) {
-      const std::vector<std::thread::id> again = runAndRecord(4);
-      REQUIRE(std::set<std::thread::id>(again.begin() + 1, again.end()) ==
-              std::set<std::thread::id>(first.begin() + 1, first.end()));
+  // On a thread of its own, whose pool starts empty; checked after it ended.
+  Call first, more, fewer;
+  int sameWorkers = 0, rounds = 200;
+  bool allOk = true;
+  std::thread owner([&] {
+    first = runAndRecord(4);
+    for (int round = 0; round < rounds; ++round) {
+      const Call again = runAndRecord(4);
+      allOk = allOk && again.ok;
+      sameWorkers += workersOf(again) == workersOf(first) ? 1 : 0;
     }
-    // A larger call adds workers; a smaller one uses some of them.
-    const std::vector<std::thread::id> more = runAndRecord(6);
-    CHECK(std::set<std::thread::id>(more.begin() + 1, more.end()).count(first[1]) == 1);
-    const std::vector<std::thread::id> fewer = runAndRecord(2);
-    CHECK(fewer[1] == more[1]);
+    more = runAndRecord(6);   // a larger call adds workers
+    fewer = runAndRecord(2);  // a smaller one uses the first of them
   });
   owner.join();
+  CHECK(first.ok);
+  CHECK(allOk);
+  CHECK(sameWorkers == rounds);
+  CHECK(more.ok);
+  CHECK(fewer.ok);
+  CHECK(workersOf(more).size() == 5);
+  CHECK(workersOf(more).count(first.ids[1]) == 1);
+  CHECK(fewer.ids[1] == more.ids[1]);
 }
 
 TEST_CASE("a thread's pool ends, and its workers are joined, when the thread exits", "[worker_pool]") {
   const size_t before = threadsInProcess();
-  std::thread owner([] { runAndRecord(5); });
+  REQUIRE(before > 0);
+  bool ok = false;
+  std::thread owner([&] { ok = runAndRecord(5).ok; });
   owner.join();
-  CHECK(threadsInProcess() == before);
+  CHECK(ok);
+  CHECK(threadsFallTo(before));
 }
 
 TEST_CASE("each body's Status comes back at its index, an exception as an error", "[worker_pool]") {
@@ -114,34 +144,46 @@ TEST_CASE("each body's Status comes back at its index, an exception as an error"
 
 TEST_CASE("a body that calls runConcurrently while its caller's pool is busy", "[worker_pool]") {
   for (size_t outerBody : {0, 2}) {  // nested on the calling thread, and on a worker
-    std::atomic<int> inner{0};
+    Call inner;
     const std::vector<Status> results = runConcurrently(3, [&](size_t i) {
-      if (i != outerBody) return Status::ok();
-      const std::vector<std::thread::id> ids = runAndRecord(3);
-      inner = static_cast<int>(std::set<std::thread::id>(ids.begin(), ids.end()).size());
+      if (i == outerBody) inner = runAndRecord(3);
       return Status::ok();
     });
     for (const Status& s : results) CHECK(s.isOk());
-    CHECK(inner.load() == 3);
+    CHECK(inner.ok);
+    CHECK(std::set<std::thread::id>(inner.ids.begin(), inner.ids.end()).size() == 3);
   }
 }
 
-TEST_CASE("a fork's child starts a pool of its own", "[worker_pool]") {
-#ifdef PLAIT_TSAN
-  SKIP("ThreadSanitizer cannot start threads in the child of a threaded process");
-#endif
-  runAndRecord(3);  // the parent's pool has two workers, which the child will not have
+// A thread-local destroyed after the pool's (constructed before it) runs
+// bodies at its thread's exit: they get threads of their own.
+struct GroupAtExit {
+  bool* ok = nullptr;
+  ~GroupAtExit() {
+    if (ok != nullptr) *ok = runAndRecord(3).ok;
+  }
+};
+
+TEST_CASE("bodies run from a thread-local's destructor after the thread's pool is gone", "[worker_pool]") {
+  bool ok = false;
+  std::thread owner([&] {
+    thread_local GroupAtExit atExit;  // constructed first: destroyed after the pool
+    atExit.ok = &ok;
+    (void)runAndRecord(2);  // the pool is made now, after atExit
+  });
+  owner.join();
+  CHECK(ok);
+}
+
+// Forks from a process with threads: labelled forks (tests/base/CMakeLists.txt),
+// so not under the sanitizers.
+TEST_CASE("a fork's child starts a pool of its own", "[worker_pool][fork]") {
+  REQUIRE(runAndRecord(3).ok);  // the parent's pool has two workers, which the child will not have
   const pid_t child = fork();
   REQUIRE(child >= 0);
   if (child == 0) {
     bool ok = true;
-    for (int round = 0; round < 3 && ok; ++round) {
-      Rendezvous r(3);
-      const std::vector<Status> results = runConcurrently(3, [&](size_t) {
-        return r.meet() ? Status::ok() : Status(Code::kInternalError, "alone");
-      });
-      for (const Status& s : results) ok = ok && s.isOk();
-    }
+    for (int round = 0; round < 3 && ok; ++round) ok = runAndRecord(3).ok;
     _exit(ok ? 0 : 1);
   }
   int status = 0;
