@@ -32,19 +32,30 @@ bool pin(int cpu) {
 
 alignas(64) std::atomic<long> ball{0};
 
-// One repeat: ns per round trip, or a negative value when a CPU is refused.
+alignas(64) std::atomic<bool> quit{false};  // a line of its own, only read while the game runs
+
+// One repeat: ns per round trip, or a negative value when a CPU is refused
+// (checked before bouncing: two threads sharing a CPU would hand the line
+// over one reschedule at a time).
 double bounce(int a, int b, long n) {
   ball.store(0);
-  std::atomic<bool> pinned{true};
+  quit.store(false);
+  std::atomic<int> otherPinned{0};  // 1 pinned, -1 refused
+  const bool mine = pin(a);
   std::thread other([&] {
-    if (!pin(b)) pinned = false;
+    otherPinned = pin(b) ? 1 : -1;
     for (long i = 0; i < n; ++i) {
-      while (ball.load(std::memory_order_acquire) != 2 * i + 1) {
-      }
+      while (ball.load(std::memory_order_acquire) != 2 * i + 1)
+        if (quit.load(std::memory_order_relaxed)) return;
       ball.store(2 * i + 2, std::memory_order_release);
     }
   });
-  if (!pin(a)) pinned = false;
+  while (otherPinned.load() == 0) std::this_thread::yield();
+  if (!mine || otherPinned.load() < 0) {
+    quit.store(true);
+    other.join();
+    return -1;
+  }
   const auto start = std::chrono::steady_clock::now();
   for (long i = 0; i < n; ++i) {
     ball.store(2 * i + 1, std::memory_order_release);
@@ -53,7 +64,6 @@ double bounce(int a, int b, long n) {
   }
   const auto end = std::chrono::steady_clock::now();
   other.join();
-  if (!pinned) return -1;
   return std::chrono::duration<double, std::nano>(end - start).count() / static_cast<double>(n);
 }
 

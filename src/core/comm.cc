@@ -57,9 +57,9 @@ PLAIT_PARAM_INT(kP2pCma, "P2P_CMA", 1,
 // the single copies from 64 KiB to 16 MiB (two runs of 9 interleaved rounds,
 // perf/results/host/alltoall_cma.md); with a core per rank they stay. In
 // the VM's slow windows the 4-rank 1 MiB AlltoAll took 486-528 us through the
-// FIFOs against 162-263 by single copies (perf/results/host/windows.md), so
-// where the direct path chooses by measurement (PLAIT_DIRECT_CMA_ADAPT) it
-// may still pick them.
+// FIFOs against 162-299 by single copies, 157-247 as measured and chosen
+// (perf/results/host/windows.md), so where the direct path chooses by
+// measurement (PLAIT_DIRECT_CMA_ADAPT) it tries and may keep them.
 PLAIT_PARAM_INT(kAlltoAllCma, "ALLTOALL_CMA", -1,
                 "AlltoAll's single copies by cross-memory attach (point-to-point and direct path): 1 on, 0 off, "
                 "-1 off where the local ranks share cores (unless measured faster on the direct path), else on");

@@ -15,8 +15,10 @@
 // How: per collective and power-of-two size class, an estimate of each
 // path's time per byte, from this rank's own calls (the wall time of the
 // whole call, agreement included: the cheapest of its last three calls in a
-// row, so a path looks slow once it was slow three times running, never for
-// one call whose rank was descheduled). The cheaper estimate wins; once per
+// row, so the path in use looks slow once it was slow three times running,
+// not for one call whose rank was descheduled; a path tried once per interval
+// is judged by that call, which leans the choice towards the path in use).
+// The cheaper estimate wins; once per
 // exploration interval (PLAIT_DIRECT_CMA_EXPLORE_MS, or 50 times the other
 // path's estimated call where that is longer, up to 20 intervals) the other
 // path runs one call, so a path that got slow is left within three calls and
