@@ -271,6 +271,8 @@ class Communicator {
   // Collective numbering and the local peers' view of it (core/op_board.h).
   void announce(const Task& task);
   void announceBatch();
+  void noteFirstRegistration();
+  Result<bool> directWorthAgreeing(const Task& task);
   Status runGroupTasks(const std::vector<Task>& tasks);
   Status checkAgreement() const;
   WaitCheck agreementCheck() const;

@@ -31,6 +31,14 @@ PLAIT_PARAM_INT(kDirectMinBytes, "DIRECT_MIN_BYTES", 16 << 10,
                 "smallest collective (bytes of its largest buffer) that tries the direct path on registered buffers");
 PLAIT_PARAM_INT(kDirectUnsyncedMinBytes, "DIRECT_UNSYNCED_MIN_BYTES", 1 << 20,
                 "the same for Broadcast, Reduce, Gather, Scatter and AlltoAll, whose FIFO paths let ranks run ahead");
+// Skipping the agreement where only registered buffers could go direct and
+// no rank has registered one: ReduceScatter at 4 ranks took 0.59-0.79x the
+// time at 64 KiB-1 MiB, AllGather and AllReduce at 16-32 KiB 0.62-0.92x
+// (unregistered buffers, 5 interleaved rounds outside the slow windows).
+PLAIT_PARAM_INT(kDirectAgree, "DIRECT_AGREE", 0,
+                "0: calls that only registered buffers could make direct skip the direct path's agreement until "
+                "some local rank has registered a buffer (a first registration counts from the second collective "
+                "after it); 1: every call from PLAIT_DIRECT_MIN_BYTES agrees, so registrations count at once");
 PLAIT_PARAM_INT(kDirectChunkBytes, "DIRECT_CHUNK_BYTES", 64 << 10,
                 "bytes a direct reduction reduces at a time, and the size of each staging slot of one by "
                 "cross-memory attach (all inputs of a chunk stay in cache)");
@@ -90,6 +98,7 @@ struct ProbeInfo {
   int32_t push = 0;  // PLAIT_DIRECT_ALLGATHER_PUSH here
   int32_t ok = 0;    // round 2: this rank mapped every peer's probe
   int32_t cma = 0;   // PLAIT_DIRECT_CMA here
+  int32_t agree = 0;  // PLAIT_DIRECT_AGREE here
 };
 
 // Maps peer `p`'s probe and checks its token; returns "" or why not.
@@ -181,6 +190,7 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
   mine.want = kDirect.get() != 0;
   mine.push = kDirectGatherPush.get() != 0;
   mine.cma = kDirectCma.get() != 0;
+  mine.agree = kDirectAgree.get() != 0;
   mine.cmaMinBytes = static_cast<uint64_t>(std::max<int64_t>(0, kDirectCmaMinBytes.get()));
   mine.cmaMaxBytes = static_cast<uint64_t>(std::max<int64_t>(0, kDirectCmaMaxBytes.get()));
   mine.cmaReduceMinBytes = static_cast<uint64_t>(std::max<int64_t>(0, kDirectCmaReduceMinBytes.get()));
@@ -221,6 +231,7 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
   cmaMinBytes_ = info[0].cmaMinBytes;  // rank 0's, as every rank must decide alike
   cmaMaxBytes_ = info[0].cmaMaxBytes;
   cmaReduceMinBytes_ = info[0].cmaReduceMinBytes;
+  agreeAlways_ = info[0].agree != 0;
   cmaWanted_ = std::all_of(info.begin(), info.end(), [](const ProbeInfo& i) { return i.cma != 0; });
   if (!enabled_) minBytes_ = minBytesUnsynced_ = SIZE_MAX;
   if (enabled_) {
@@ -239,6 +250,8 @@ DirectPath::~DirectPath() = default;
 
 Status DirectPath::registerBuffer(void* buff, size_t bytes, RegistrationKind kind, void** handle) {
   PLAIT_ASSIGN_OR_RETURN(*handle, registrations_.add(buff, bytes, kind));
+  int none = kNoRegistration;
+  firstRegistration_.compare_exchange_strong(none, kRegistrationPending, std::memory_order_release);
   return Status::ok();
 }
 
@@ -307,6 +320,28 @@ DirectPath::BufferRef DirectPath::describe(const void* ptr, size_t bytes, bool c
   return ref;
 }
 
+// Every input of this is the same on every rank, so is the verdict.
+DirectPath::CmaOffer DirectPath::cmaOffer(const Task& task) const {
+  const bool reduction = reduces(task.coll);
+  const size_t block = task.count * typeSize(task.type);
+  const bool ring = task.coll == CollType::kAllGather || task.coll == CollType::kBroadcast;
+  const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
+  const bool alltoall = task.coll == CollType::kAlltoAll;
+  CmaOffer offer;
+  offer.largest = blocked ? block * nranks_ : block;
+  const bool possible = cma_ && block >= cmaMinBytes_ && (!alltoall || alltoallCmaAllowed_);
+  // The static rule; for every data mover, and for reductions at 2 ranks
+  // (where both paths reduce the same two inputs, so give the same bits;
+  // tests/api/test_coll_path_choice.cc), the measured choice instead. The
+  // reproducible modes keep to the rule. AlltoAll where the local ranks
+  // share cores: the FIFOs by the rule, cross-memory attach only by
+  // measurement (in the VM's slow windows, perf/results/host/windows.md).
+  offer.rule = possible && (!alltoall || alltoallCma_) &&
+               (reduction ? offer.largest >= cmaReduceMinBytes_ : !(ring && offer.largest > cmaMaxBytes_));
+  offer.adaptive = possible && adapt_ && (!reduction || (nranks_ == 2 && reproducible_ == kReproducibleOff));
+  return offer;
+}
+
 // Steps 1 and 2 of the protocol. Every rank sees every descriptor, so every
 // rank reaches the same answer (or the same error) from the same data.
 Result<bool> DirectPath::exchange(const Task& task) {
@@ -320,23 +355,10 @@ Result<bool> DirectPath::exchange(const Task& task) {
   mine.scalar = reduction ? task.op.scalar : 0;
   mine.send.fd = mine.recv.fd = kNone;
   const Touched me = touched(task, rank_);
-  // Every input of this is the same on every rank, so is the verdict.
-  const size_t block = task.count * typeSize(task.type);
-  const bool ring = task.coll == CollType::kAllGather || task.coll == CollType::kBroadcast;
-  const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
-  const size_t largest = blocked ? block * nranks_ : block;
   const bool alltoall = task.coll == CollType::kAlltoAll;
-  const bool cmaPossible = cma_ && block >= cmaMinBytes_ && (!alltoall || alltoallCmaAllowed_);
-  // The static rule; for every data mover, and for reductions at 2 ranks
-  // (where both paths reduce the same two inputs, so give the same bits;
-  // tests/api/test_coll_path_choice.cc), the measured choice instead. The
-  // reproducible modes keep to the rule. AlltoAll where the local ranks
-  // share cores: the FIFOs by the rule, cross-memory attach only by
-  // measurement (in the VM's slow windows, perf/results/host/windows.md).
-  const bool rule = cmaPossible && (!alltoall || alltoallCma_) &&
-                    (reduction ? largest >= cmaReduceMinBytes_ : !(ring && largest > cmaMaxBytes_));
-  const bool adaptive =
-      cmaPossible && adapt_ && (!reduction || (nranks_ == 2 && reproducible_ == kReproducibleOff));
+  const CmaOffer offer = cmaOffer(task);
+  const bool rule = offer.rule, adaptive = offer.adaptive;
+  const size_t largest = offer.largest;
   if (adaptive && !chooser_) {  // the first call that may choose (about 18 KB of figures)
     chooser_ = std::make_unique<PathChooser>(exploreNs_);
     if (nranks_ == 2) stage_.resize(chunkBytes_ * 2);  // reductions may then go by CMA on any call

@@ -72,6 +72,7 @@
 // record()), whichever path ran it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -127,6 +128,19 @@ class DirectPath {
     return synchronizing ? minBytes_ : minBytesUnsynced_;
   }
 
+  // Whether this call could go by cross-memory attach (by the static rule or
+  // the measured choice): the same answer on every rank. Where it could not,
+  // only registered buffers can make the call direct, and the executor asks
+  // run() only when some rank had registered a buffer
+  // (Communicator::directWorthAgreeing), sparing every call the agreement's
+  // round of lines (which cost ReduceScatter 20-40% of its time at 4 ranks,
+  // 64 KiB-1 MiB).
+  // PLAIT_DIRECT_AGREE=1 (rank 0's, agreed at creation) answers true always.
+  bool mayUseCma(const Task& task) const {
+    const CmaOffer offer = cmaOffer(task);
+    return agreeAlways_ || offer.rule || offer.adaptive;
+  }
+
   // After run(): whether this rank chose between the FIFOs and cross-memory
   // attach for the call (core/path_choice.h). The executor calls record()
   // once the call is done, whichever path ran it: the time since the vote.
@@ -142,6 +156,14 @@ class DirectPath {
   // ncclCommRegister / ncclCommWindowRegister and their deregistration.
   // Thread-safe. Arguments are checked by the caller.
   Status registerBuffer(void* buff, size_t bytes, RegistrationKind kind, void** handle);
+  // True once after the first registration: the thread that runs this
+  // rank's operations then notes it on the op board (Communicator::announce),
+  // in its own order with what it announces, whichever thread registered.
+  bool takeFirstRegistration() {
+    int pending = kRegistrationPending;
+    return firstRegistration_.load(std::memory_order_relaxed) == kRegistrationPending &&
+           firstRegistration_.compare_exchange_strong(pending, kRegistrationNoted, std::memory_order_acquire);
+  }
   Status deregisterBuffer(void* handle, RegistrationKind kind);
   Result<Registration> registration(void* handle, RegistrationKind kind) const {
     return registrations_.lookup(handle, kind);
@@ -171,6 +193,13 @@ class DirectPath {
     size_t sendBytes = 0, recvBytes = 0;
   };
   Touched touched(const Task& task, int p) const;
+  // Whether the static rule sends this call by cross-memory attach, whether
+  // the measured choice may, and the size the choice is made for.
+  struct CmaOffer {
+    bool rule = false, adaptive = false;
+    size_t largest = 0;
+  };
+  CmaOffer cmaOffer(const Task& task) const;
   Status probe(OobExchange& oob, Deadline deadline);
   BufferRef describe(const void* ptr, size_t bytes, bool cmaOk) const;
   Result<bool> exchange(const Task& task);
@@ -228,6 +257,10 @@ class DirectPath {
   std::vector<const char*> srcs_;     // reduceInto's inputs for one chunk (stageInputs)
   std::vector<unsigned char> stage_;  // reductions by cross-memory attach: n-1 input slots and an output slot
   std::vector<unsigned char> scratch_;
+  // None until the first registerBuffer, pending until the op thread takes it.
+  static constexpr int kNoRegistration = 0, kRegistrationPending = 1, kRegistrationNoted = 2;
+  std::atomic<int> firstRegistration_{kNoRegistration};
+  bool agreeAlways_ = false;               // PLAIT_DIRECT_AGREE
   bool adapt_ = false;                    // PLAIT_DIRECT_CMA_ADAPT, where cross-memory attach is agreed
   uint64_t exploreNs_ = 0;                // PLAIT_DIRECT_CMA_EXPLORE_MS
   std::unique_ptr<PathChooser> chooser_;  // made by the first call that may choose

@@ -45,6 +45,12 @@ Status Communicator::guarded(const char* what, Body body) {
   inCall_.store(true, std::memory_order_relaxed);
   Status s = body();
   inCall_.store(false, std::memory_order_relaxed);
+  if (!s.isOk() && s.code() != Code::kInvalidArgument && s.code() != Code::kInvalidUsage) {
+    // A peer's data that does not fit ("sent 4096 bytes, expected 32768")
+    // usually means the ranks called different collectives: the op board
+    // then names both calls (every peer announced before it sent).
+    if (Status disagreement = checkAgreement(); !disagreement.isOk()) s = std::move(disagreement);
+  }
   if (!s.isOk()) {
     s.withContext(std::string(what) + " #" + std::to_string(opCount_) + " on rank " + std::to_string(rank_));
     if (s.code() == Code::kRemoteError) s = withDeadPeers(std::move(s));
@@ -78,6 +84,7 @@ uint64_t coarseNowNs() {
 void Communicator::announce(const Task& task) {
   if (isSendOrRecv(task.coll)) return;
   ++collSeq_;
+  noteFirstRegistration();
   if (board_) board_->publish(collSeq_, task);
   OpBoard::write(announced_, collSeq_, task);
   announcedNs_.store(coarseNowNs(), std::memory_order_relaxed);
@@ -89,9 +96,45 @@ void Communicator::announce(const Task& task) {
 // already), and announced as a batch that peers do not compare (a rank may
 // issue the same calls outside a group).
 void Communicator::announceBatch() {
+  noteFirstRegistration();
   if (board_) board_->publishBatch(collSeq_);
   OpBoard::writeBatch(announced_, collSeq_);
   announcedNs_.store(coarseNowNs(), std::memory_order_relaxed);
+}
+
+// A first registration on any thread is noted here, on the thread that
+// announces, before the number it is about to publish (collSeq_): a peer
+// that sees that number sees the note too. Numbered one below it, so it
+// counts from the call after (directWorthAgreeing).
+void Communicator::noteFirstRegistration() {
+  if (direct_ && board_ && direct_->takeFirstRegistration()) board_->noteRegistration(collSeq_ - 1);
+}
+
+// Whether execute() should ask the direct path, whose agreement costs every
+// rank a round of lines. Where the call cannot go by cross-memory attach,
+// only registered buffers could make it direct; then the round is skipped
+// unless some local rank had registered a buffer by collective number
+// collSeq_ - 2. Every rank answers alike: it first waits (as the agreement
+// would have, and less) until every local peer has announced collective
+// collSeq_ - 1, after noting any registration numbered before it. A per-call
+// algorithm selection keeps the round (it may allow direct alone).
+Result<bool> Communicator::directWorthAgreeing(const Task& task) {
+  if (task.algos != 0 || !board_ || direct_->mayUseCma(task)) return true;
+  if (collSeq_ < 2) return false;
+  const uint64_t previous = collSeq_ - 1;
+  for (int behind = board_->firstBehind(previous); behind >= 0; behind = board_->firstBehind(previous)) {
+    WaitContext ctx;
+    ctx.waitTimeoutMs = operationTimeoutMs();
+    ctx.abortFlag = &abortFlag_;
+    ctx.oversubscribed = oversubscribed_;
+    ctx.peerRank = behind;
+    ctx.peerPid = bootstrap_ ? bootstrap_->peer(behind).pid : -1;
+    ctx.what = "the wait for local ranks to reach the previous collective";
+    std::atomic<uint32_t> word{0}, sleepers{0};  // nobody wakes them: the wait polls, then sleeps in slices
+    PLAIT_RETURN_IF_ERROR(
+        waitUntil([&] { return board_->seqOf(behind) >= previous; }, &word, &sleepers, ctx));
+  }
+  return board_->anyRegisteredBy(previous - 1);
 }
 
 Status Communicator::checkAgreement() const {
@@ -294,8 +337,12 @@ Status Communicator::execute(const Task& task) {
     // AlltoAll, Gather and Scatter on registered buffers: zero-copy.
     const bool collective = task.coll != CollType::kSend && task.coll != CollType::kRecv;
     std::optional<ChoiceTimer> timer;
-    if (collective && nranks_ > 1 && task.count > 0 && direct_ && directAllowed &&
-        blockBytes * nranks_ >= direct_->minBytes(task.coll)) {
+    bool direct = collective && nranks_ > 1 && task.count > 0 && direct_ && directAllowed &&
+                  blockBytes * nranks_ >= direct_->minBytes(task.coll);
+    if (direct) {
+      PLAIT_ASSIGN_OR_RETURN(direct, directWorthAgreeing(task));
+    }
+    if (direct) {
       timer.emplace(direct_.get());
       PLAIT_ASSIGN_OR_RETURN(bool done, direct_->run(task));
       if (done) {
@@ -317,7 +364,11 @@ Status Communicator::execute(const Task& task) {
   const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
   const size_t bytes = blocked ? blockBytes * nranks_ : blockBytes;
   std::optional<ChoiceTimer> timer;
-  if (direct_ && directAllowed && bytes >= direct_->minBytes(task.coll)) {  // registered buffers: zero-copy
+  bool direct = direct_ && directAllowed && bytes >= direct_->minBytes(task.coll);
+  if (direct) {
+    PLAIT_ASSIGN_OR_RETURN(direct, directWorthAgreeing(task));
+  }
+  if (direct) {  // registered buffers: zero-copy, or single copies by cross-memory attach
     timer.emplace(direct_.get());
     PLAIT_ASSIGN_OR_RETURN(bool done, direct_->run(task));
     if (done) {

@@ -102,6 +102,33 @@ void OpBoard::publish(uint64_t seq, const Task& task) { write(*static_cast<Line*
 
 void OpBoard::publishBatch(uint64_t seq) { writeBatch(*static_cast<Line*>(own_.data()), seq); }
 
+void OpBoard::noteRegistration(uint64_t seq) {
+  auto& first = static_cast<Line*>(own_.data())->firstRegistration;
+  if (first.load(std::memory_order_relaxed) == kNever) first.store(seq, std::memory_order_relaxed);
+}
+
+int OpBoard::firstBehind(uint64_t seq) const {
+  for (const auto& [peer, line] : peerLines_)
+    if (line->seq.load(std::memory_order_relaxed) < seq) return peer;
+  // Pairs with write()'s release fence: a registration noted before a peer
+  // announced the number just read is visible to anyRegisteredBy().
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return -1;
+}
+
+uint64_t OpBoard::seqOf(int rank) const {
+  for (const auto& [peer, line] : peerLines_)
+    if (peer == rank) return line->seq.load(std::memory_order_relaxed);
+  return 0;
+}
+
+bool OpBoard::anyRegisteredBy(uint64_t seq) const {
+  if (static_cast<const Line*>(own_.data())->firstRegistration.load(std::memory_order_relaxed) <= seq) return true;
+  for (const auto& [peer, line] : peerLines_)
+    if (line->firstRegistration.load(std::memory_order_relaxed) <= seq) return true;
+  return false;
+}
+
 void OpBoard::markDeparted() {
   static_cast<Line*>(own_.data())->departed.store(1, std::memory_order_release);
 }

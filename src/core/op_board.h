@@ -79,6 +79,22 @@ class OpBoard {
   // Where this rank and its local peers are (for a timeout's error: who
   // never arrived, who runs something else). Thread-safe; reads only.
   std::vector<RankPosition> positions() const;
+  // Registered buffers (core/direct.h): this rank registered its first
+  // buffer while `seq` collectives had started (its collective number
+  // then). Later registrations change nothing. Called by the thread that
+  // runs this rank's operations (never concurrently with publish()).
+  void noteRegistration(uint64_t seq);
+  // The first local peer that has not yet announced collective `seq` (or a
+  // later one), or -1 when none (reads only; never blocks).
+  int firstBehind(uint64_t seq) const;
+  // The number a local peer announced last (0 for this rank or a non-peer).
+  uint64_t seqOf(int rank) const;
+  // Whether this rank or a local peer registered its first buffer at
+  // collective number `seq` or earlier. Once firstBehind(seq + 1) is -1, the
+  // answer is the same on every rank: a peer's registration at number
+  // <= seq came before it announced seq + 1.
+  bool anyRegisteredBy(uint64_t seq) const;
+
   // This rank aborted or destroyed its communicator: peers that later find
   // its process gone know it left on purpose rather than died.
   void markDeparted();
@@ -94,7 +110,11 @@ class OpBoard {
     std::atomic<uint32_t> opKind{0};
     std::atomic<int32_t> root{0};
     std::atomic<uint32_t> departed{0};
+    // noteRegistration()'s number; kNever until then. Read by peers after
+    // they saw a later seq (ordered by write()'s release fence).
+    std::atomic<uint64_t> firstRegistration{kNever};
   };
+  static constexpr uint64_t kNever = UINT64_MAX;
   static void write(Line& line, uint64_t seq, const Task& task);
   static void writeBatch(Line& line, uint64_t seq);
   // False while the owner is writing (try again later).

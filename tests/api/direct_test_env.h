@@ -32,6 +32,9 @@ class DirectTestEnv {
     setenv("PLAIT_DIRECT_UNSYNCED_MIN_BYTES", minBytes, 1);
     setenv("PLAIT_DIRECT_CMA_MIN_BYTES", minBytes, 1);
     setenv("PLAIT_DIRECT_CMA_ADAPT", adapt ? "1" : "0", 1);  // off: the static thresholds decide, as tests expect
+    // Every call agrees, so a registration counts from the next call on, as
+    // these tests count (the default's skip: test_registration_lag.cc).
+    setenv("PLAIT_DIRECT_AGREE", "1", 1);
     setenv("NCCL_DEBUG", "TRACE", 1);
     setenv("NCCL_DEBUG_SUBSYS", "COLL", 1);
     setenv("NCCL_DEBUG_FILE", path_.c_str(), 1);
@@ -39,7 +42,7 @@ class DirectTestEnv {
   }
   ~DirectTestEnv() {
     for (const char* v : {"PLAIT_DIRECT_MIN_BYTES", "PLAIT_DIRECT_UNSYNCED_MIN_BYTES", "PLAIT_DIRECT_CMA_MIN_BYTES",
-                          "PLAIT_DIRECT_CMA_ADAPT", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}) unsetenv(v);
+                          "PLAIT_DIRECT_CMA_ADAPT", "PLAIT_DIRECT_AGREE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}) unsetenv(v);
     resetLibrarySettings();
     std::remove(path_.c_str());
   }
