@@ -14,6 +14,7 @@
 // crossing processes). #wrong checks the last read byte for byte against the
 // neighbour's pattern.
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -100,7 +101,8 @@ int runProcess(const Options& o, Shared* s, int me, char* src, char* dst) {
   std::memset(src, static_cast<char>(me + 1), o.maxBytes);
   if (!barrier(s, n)) return 1;  // every pid is published
   const pid_t peerPid = s->pids[peer];
-  for (size_t bytes = o.minBytes; bytes <= o.maxBytes; bytes = static_cast<size_t>(bytes * o.factor)) {
+  for (size_t bytes = o.minBytes; bytes <= o.maxBytes;
+       bytes = std::max(bytes + 1, static_cast<size_t>(bytes * o.factor))) {
     auto read = [&]() {
       iovec local{dst, bytes}, remote{src, bytes};  // the peer's src lies at the same address (forked)
       return process_vm_readv(peerPid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(bytes);
@@ -119,7 +121,7 @@ int runProcess(const Options& o, Shared* s, int me, char* src, char* dst) {
     for (int i = 0; i < o.iters; ++i) std::memcpy(dst, src, bytes);
     const double copyUs = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
     s->us[me] = readUs / o.iters;
-    s->wrong[me] = wrong;
+    s->wrong[me] += wrong;  // every size's, for the footer and the exit status
     if (!barrier(s, n)) return 1;
     if (me == 0) {
       double readSum = 0;
@@ -166,6 +168,7 @@ int main(int argc, char** argv) {
               "out-of-place = that read, in-place = memcpy within each process\n", o.processes);
   plait::perf::printTableHeader(stdout);
   std::fflush(stdout);
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY);
   shared->pids[0] = getpid();
   std::vector<pid_t> children;
   for (int p = 1; p < o.processes; ++p) {
@@ -176,6 +179,7 @@ int main(int argc, char** argv) {
       break;
     }
     if (child == 0) {
+      prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY);  // Yama's ptrace_scope 1: let the siblings read us
       shared->pids[p] = getpid();
       _exit(runProcess(o, shared, p, src.data(), dst.data()));
     }

@@ -334,6 +334,7 @@ class Communicator {
   std::mutex growMu_;
   std::optional<ncclUniqueId> growId_;    // made by makeGrowId, not yet consumed by a grow
   uint64_t collSeq_ = 0;            // collectives (not Send/Recv) started, counted alike on every rank
+  uint64_t publishedSeq_ = 0;       // the last collSeq_ announced on the op board
   mutable std::atomic<bool> disagreed_{false};  // board_ saw ranks in different collectives  // registrations; zero-copy collectives when every rank is local
   std::vector<int> ringPositions_;  // per channel: this rank's position in that ring
   std::vector<std::vector<int>> rings_;  // per channel: ranks in ring order

@@ -33,8 +33,9 @@ PLAIT_PARAM_INT(kDirectUnsyncedMinBytes, "DIRECT_UNSYNCED_MIN_BYTES", 1 << 20,
                 "the same for Broadcast, Reduce, Gather, Scatter and AlltoAll, whose FIFO paths let ranks run ahead");
 // Skipping the agreement where only registered buffers could go direct and
 // no rank has registered one: ReduceScatter at 4 ranks took 0.59-0.79x the
-// time at 64 KiB-1 MiB, AllGather and AllReduce at 16-32 KiB 0.62-0.92x
-// (unregistered buffers, 5 interleaved rounds outside the slow windows).
+// time at 64 KiB-1 MiB; AllGather, AllReduce and ReduceScatter at 16-32 KiB
+// 0.62-0.86x at 4 ranks, 0.86-0.99x at 2 (unregistered buffers, 5
+// interleaved rounds outside the slow windows, perf/results/host/agreement_skip.md).
 PLAIT_PARAM_INT(kDirectAgree, "DIRECT_AGREE", 0,
                 "0: calls that only registered buffers could make direct skip the direct path's agreement until "
                 "some local rank has registered a buffer (a first registration counts from the second collective "
@@ -340,6 +341,18 @@ DirectPath::CmaOffer DirectPath::cmaOffer(const Task& task) const {
                (reduction ? offer.largest >= cmaReduceMinBytes_ : !(ring && offer.largest > cmaMaxBytes_));
   offer.adaptive = possible && adapt_ && (!reduction || (nranks_ == 2 && reproducible_ == kReproducibleOff));
   return offer;
+}
+
+bool DirectPath::mayUseCma(const Task& task) const {
+  if (agreeAlways_) return true;
+  const size_t block = task.count * typeSize(task.type);
+  if (!cma_ || block < cmaMinBytes_) return false;  // agreed: rank 0's threshold, every rank's permission
+  if (!reduces(task.coll)) return true;             // a data mover: the rule or the measured choice may
+  const bool blocked = task.coll == CollType::kReduceScatter;
+  // A reduction: by the rule from PLAIT_DIRECT_CMA_REDUCE_MIN_BYTES (rank
+  // 0's), or by the measured choice at 2 ranks outside the reproducible modes.
+  return (blocked ? block * nranks_ : block) >= cmaReduceMinBytes_ ||
+         (nranks_ == 2 && reproducible_ == kReproducibleOff);
 }
 
 // Steps 1 and 2 of the protocol. Every rank sees every descriptor, so every

@@ -135,11 +135,12 @@ class DirectPath {
   // (Communicator::directWorthAgreeing), sparing every call the agreement's
   // round of lines (which cost ReduceScatter 20-40% of its time at 4 ranks,
   // 64 KiB-1 MiB).
-  // PLAIT_DIRECT_AGREE=1 (rank 0's, agreed at creation) answers true always.
-  bool mayUseCma(const Task& task) const {
-    const CmaOffer offer = cmaOffer(task);
-    return agreeAlways_ || offer.rule || offer.adaptive;
-  }
+  // From settings every rank agreed only (at creation): PLAIT_DIRECT_CMA_ADAPT
+  // and PLAIT_ALLTOALL_CMA are each rank's own, so where they could make the
+  // call go by cross-memory attach on some rank, the answer is true (the
+  // agreement then settles it, as before). PLAIT_DIRECT_AGREE=1 answers true
+  // always.
+  bool mayUseCma(const Task& task) const;
 
   // After run(): whether this rank chose between the FIFOs and cross-memory
   // attach for the call (core/path_choice.h). The executor calls record()

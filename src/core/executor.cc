@@ -45,11 +45,12 @@ Status Communicator::guarded(const char* what, Body body) {
   inCall_.store(true, std::memory_order_relaxed);
   Status s = body();
   inCall_.store(false, std::memory_order_relaxed);
-  if (!s.isOk() && s.code() != Code::kInvalidArgument && s.code() != Code::kInvalidUsage) {
+  if (s.code() == Code::kInternalError) {
     // A peer's data that does not fit ("sent 4096 bytes, expected 32768")
     // usually means the ranks called different collectives: the op board
     // then names both calls (every peer announced before it sent).
-    if (Status disagreement = checkAgreement(); !disagreement.isOk()) s = std::move(disagreement);
+    if (Status disagreement = checkAgreement(); !disagreement.isOk())
+      s = Status(disagreement.code(), disagreement.message() + " (seen as: " + s.message() + ")");
   }
   if (!s.isOk()) {
     s.withContext(std::string(what) + " #" + std::to_string(opCount_) + " on rank " + std::to_string(rank_));
@@ -106,8 +107,12 @@ void Communicator::announceBatch() {
 // announces, before the number it is about to publish (collSeq_): a peer
 // that sees that number sees the note too. Numbered one below it, so it
 // counts from the call after (directWorthAgreeing).
+// Only before a number above the last published one: announceBatch may
+// publish again the number the group's last collective already published.
 void Communicator::noteFirstRegistration() {
-  if (direct_ && board_ && direct_->takeFirstRegistration()) board_->noteRegistration(collSeq_ - 1);
+  if (direct_ && board_ && collSeq_ > publishedSeq_ && direct_->takeFirstRegistration())
+    board_->noteRegistration(collSeq_ - 1);
+  publishedSeq_ = collSeq_;
 }
 
 // Whether execute() should ask the direct path, whose agreement costs every
@@ -124,15 +129,20 @@ Result<bool> Communicator::directWorthAgreeing(const Task& task) {
   const uint64_t previous = collSeq_ - 1;
   for (int behind = board_->firstBehind(previous); behind >= 0; behind = board_->firstBehind(previous)) {
     WaitContext ctx;
-    ctx.waitTimeoutMs = operationTimeoutMs();
+    ctx.waitTimeoutMs = timeoutMs_;
     ctx.abortFlag = &abortFlag_;
     ctx.oversubscribed = oversubscribed_;
     ctx.peerRank = behind;
     ctx.peerPid = bootstrap_ ? bootstrap_->peer(behind).pid : -1;
     ctx.what = "the wait for local ranks to reach the previous collective";
-    std::atomic<uint32_t> word{0}, sleepers{0};  // nobody wakes them: the wait polls, then sleeps in slices
-    PLAIT_RETURN_IF_ERROR(
-        waitUntil([&] { return board_->seqOf(behind) >= previous; }, &word, &sleepers, ctx));
+    // Nobody wakes these: past its spinning and yielding the wait sleeps in
+    // slices of about a millisecond (only a peer two calls behind gets here).
+    std::atomic<uint32_t> word{0}, sleepers{0};
+    PLAIT_RETURN_IF_ERROR(waitUntil(
+        [&] { return board_->seqOf(behind) >= previous || board_->peerDeparted(behind); }, &word, &sleepers, ctx));
+    if (board_->seqOf(behind) < previous)
+      return remoteError("rank " + std::to_string(behind) + " aborted or destroyed its communicator during " +
+                         ctx.what);
   }
   return board_->anyRegisteredBy(previous - 1);
 }

@@ -110,8 +110,10 @@ TEST_CASE("A rank that ran ahead waits for its peers to reach the previous call,
   SECTION("the peers come") {
     auto failures = runThreads(nranks, [&](int rank, ncclComm_t comm) -> std::string {
       std::vector<float> in(kCount), out(kCount);
-      // Rank 0 roots two small Broadcasts (it never waits in them) and is
-      // at the AllReduce long before the others have started.
+      // Rank 0 roots two small Broadcasts and is at the second long before
+      // the others have started: it waits there for them to reach the first
+      // (PLAIT_DIRECT_UNSYNCED_MIN_BYTES is 1 here), and at the AllReduce
+      // for the second.
       if (rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
       for (int i = 0; i < 2; ++i) {
         int value = rank == 0 ? 40 + i : -1;
@@ -124,7 +126,7 @@ TEST_CASE("A rank that ran ahead waits for its peers to reach the previous call,
     for (auto& f : failures) FAIL_CHECK(f);
   }
   SECTION("the wait ends at the timeout when they never come") {
-    setenv("PLAIT_TIMEOUT", "3", 1);
+    setenv("PLAIT_TIMEOUT", "8", 1);  // bounds init too: room for a loaded machine
     resetLibrarySettings();
     std::atomic<bool> done{false};
     auto failures = runThreads(nranks, [&](int rank, ncclComm_t comm) -> std::string {
@@ -151,4 +153,37 @@ TEST_CASE("A rank that ran ahead waits for its peers to reach the previous call,
     resetLibrarySettings();
     for (auto& f : failures) FAIL_CHECK(f);
   }
+}
+
+TEST_CASE("A peer's abort ends the wait for it to reach the previous call", "[registration]") {
+  LagEnv env;
+  setenv("PLAIT_TIMEOUT", "60", 1);
+  resetLibrarySettings();
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  REQUIRE(ncclCommInitAll(comms, 2, nullptr) == ncclSuccess);
+  ncclResult_t result = ncclSuccess;
+  std::string why;
+  std::thread rank0([&] {
+    int value = 7;  // collective #1: the root sends and returns
+    if (ncclBroadcast(&value, &value, 1, ncclInt32, 0, comms[0], nullptr) != ncclSuccess) {
+      result = ncclInternalError;
+      why = "broadcast: " + std::string(ncclGetLastError(comms[0]));
+      return;
+    }
+    std::vector<float> in(kCount, 1.0f), out(kCount);  // #2 waits for rank 1 to reach #1: it never does
+    result = ncclAllReduce(in.data(), out.data(), kCount, ncclFloat32, ncclSum, comms[0], nullptr);
+    why = ncclGetLastError(comms[0]);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto abortAt = std::chrono::steady_clock::now();
+  CHECK(ncclCommAbort(comms[1]) == ncclSuccess);
+  rank0.join();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - abortAt).count();
+  unsetenv("PLAIT_TIMEOUT");
+  resetLibrarySettings();
+  INFO(why);
+  CHECK(result == ncclRemoteError);
+  CHECK(why.find("rank 1 aborted or destroyed its communicator") != std::string::npos);
+  CHECK(s < 10);
+  ncclCommDestroy(comms[0]);
 }
