@@ -321,7 +321,10 @@ DirectPath::BufferRef DirectPath::describe(const void* ptr, size_t bytes, bool c
   return ref;
 }
 
-// Every input of this is the same on every rank, so is the verdict.
+// From this rank's settings: PLAIT_DIRECT_CMA_ADAPT and PLAIT_ALLTOALL_CMA are
+// each rank's own, and the agreement settles any difference (every rank
+// follows the deciding rank's vote; a rank that offered no cross-memory
+// attach sends all to the FIFOs). mayUseCma() reads agreed settings only.
 DirectPath::CmaOffer DirectPath::cmaOffer(const Task& task) const {
   const bool reduction = reduces(task.coll);
   const size_t block = task.count * typeSize(task.type);
