@@ -11,6 +11,8 @@
 // ncclGetErrorString and ncclGetLastError, aborts this process's
 // communicators and exits 1. The -T watchdog does the same when one size step
 // (or init) takes longer than -T seconds.
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -76,6 +78,7 @@ struct Job {
   std::vector<ncclComm_t> comms;
   std::unique_ptr<std::atomic<int64_t>[]> deadlines;  // per thread; 0: none
   std::vector<std::string> labels;
+  std::vector<int> threadCpus;  // CPU of each -t thread (--bind_threads); empty: unbound
   std::atomic<bool> failing{false};
   std::atomic<bool> done{false};
   std::atomic<int> exitCode{0};
@@ -470,7 +473,31 @@ void finishThread(ThreadState& ts) {
   }
 }
 
+// The CPUs the -t threads are bound to, one each, from those this process
+// may run on: none (unbound) for one thread, without --bind_threads, or where
+// the process has fewer CPUs than threads. Unbound threads that talk through
+// futex wake-ups can land on one CPU and stay there for milliseconds, each
+// hand-off then a context switch: a 2-thread 64-byte AllGather read 2-10 us
+// in most 3000-call runs instead of 0.24 (perf/results/host/thread_binding.md).
+std::vector<int> threadCpus(const Options& o) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (!o.bindThreads || o.nThreads < 2 || sched_getaffinity(0, sizeof set, &set) != 0) return {};
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE && static_cast<int>(cpus.size()) < o.nThreads; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  if (static_cast<int>(cpus.size()) < o.nThreads) return {};
+  return cpus;
+}
+
 void threadMain(Job* job, int index) {
+  if (!job->threadCpus.empty()) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(job->threadCpus[index], &one);
+    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0)
+      std::fprintf(stderr, "# thread %d: cannot bind to CPU %d; running unbound\n", index, job->threadCpus[index]);
+  }
   ThreadState ts;
   ts.job = job;
   ts.index = index;
@@ -569,6 +596,12 @@ int runPerfTool(const CollSpec& spec, int argc, char** argv) {
   job.deadlines = std::make_unique<std::atomic<int64_t>[]>(o.nThreads);
   for (int t = 0; t < o.nThreads; ++t) job.deadlines[t].store(0);
   job.labels.resize(o.nThreads);
+  job.threadCpus = threadCpus(o);
+  if (job.layout.procRank == 0 && !job.threadCpus.empty()) {
+    std::string cpus;
+    for (int c : job.threadCpus) cpus += " " + std::to_string(c);
+    std::printf("# Threads bound to CPUs%s (--bind_threads 0: unbound)\n", cpus.c_str());
+  }
   std::thread watchdog;
   if (o.timeoutSec > 0) watchdog = std::thread(watchdogMain, &job);
   std::vector<std::thread> threads;

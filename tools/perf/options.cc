@@ -102,13 +102,16 @@ void printUsage(const char* program) {
       "  [-R,--local_register <0/1/2> register ncclMemAlloc buffers: 1 ncclCommRegister, 2 ncclCommWindowRegister]\n"
       "  [--host_alloc <shared/malloc> host buffers from ncclMemAlloc's shared memory (default), or from the heap\n"
       "   as MPI's and torch's (no -R); default from PLAIT_PERF_HOST_ALLOC]\n"
+      "  [--bind_threads <0/1> bind each of -t threads to a CPU of its own while the process may run on\n"
+      "   enough of them, as plait-run and mpirun bind processes (default 1)]\n"
       "  [-h,--help]\n"
       "Ranks: under plait-run (PLAIT_RANK/PLAIT_NRANKS), under mpirun (OMPI_COMM_WORLD_*), or one\n"
       "process; every process runs -t threads of -g ranks each.\n",
       program);
 }
 
-constexpr int kHostAlloc = 1000;  // a long option only: nccl-tests may take any letter
+constexpr int kHostAlloc = 1000;  // long options only: nccl-tests may take any letter
+constexpr int kBindThreads = 1001;
 
 const struct option kLongOptions[] = {
     {"nthreads", required_argument, nullptr, 't'},     {"ngpus", required_argument, nullptr, 'g'},
@@ -120,7 +123,7 @@ const struct option kLongOptions[] = {
     {"root", required_argument, nullptr, 'r'},         {"blocking", required_argument, nullptr, 'z'},
     {"average", required_argument, nullptr, 'a'},      {"output_file", required_argument, nullptr, 'J'},
     {"timeout", required_argument, nullptr, 'T'},      {"local_register", required_argument, nullptr, 'R'},
-    {"host_alloc", required_argument, nullptr, kHostAlloc},
+    {"host_alloc", required_argument, nullptr, kHostAlloc}, {"bind_threads", required_argument, nullptr, kBindThreads},
     {"help", no_argument, nullptr, 'h'},
     {nullptr, 0, nullptr, 0}};
 
@@ -146,6 +149,12 @@ bool applyFlag(int c, const char* arg, Options* o) {
     case kHostAlloc:
       o->hostMalloc = std::strcmp(arg, "malloc") == 0;
       return o->hostMalloc || std::strcmp(arg, "shared") == 0;
+    case kBindThreads: {
+      int bind = 0;
+      if (!parseInt(arg, &bind) || (bind != 0 && bind != 1)) return false;
+      o->bindThreads = bind == 1;
+      return true;
+    }
     case 'o': return parseOps(arg, &o->ops);
     case 'd': return parseTypes(arg, &o->types);
     default: return false;
@@ -172,6 +181,7 @@ bool parseOptions(int argc, char** argv, Options* options, int* exitCode) {
     }
     if (c == '?' || !applyFlag(c, optarg, options)) {
       if (c == kHostAlloc) std::fprintf(stderr, "%s: invalid value '%s' for --host_alloc\n", argv[0], optarg);
+      else if (c == kBindThreads) std::fprintf(stderr, "%s: invalid value '%s' for --bind_threads (0 or 1)\n", argv[0], optarg);
       else if (c != '?') std::fprintf(stderr, "%s: invalid value '%s' for -%c\n", argv[0], optarg, c);
       printUsage(argv[0]);
       return false;

@@ -26,6 +26,7 @@ struct Options {
   int timeoutSec = 0;     // -T: 0 means no watchdog
   int localRegister = 0;  // -R: 1 ncclCommRegister the buffers, 2 ncclCommWindowRegister them
   bool hostMalloc = false;  // --host_alloc malloc: plain heap buffers (as MPI's and torch's), not ncclMemAlloc's
+  bool bindThreads = true;  // --bind_threads: -t threads on CPUs of their own while the process has enough
   std::string jsonPath;   // -J
   std::vector<ncclDataType_t> types{ncclFloat32};
   std::vector<TestOp> ops{TestOp::kSum};
