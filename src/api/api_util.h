@@ -25,10 +25,14 @@ struct ncclComm {
   static constexpr uint64_t kLive = 0x706c616974636f6dULL;  // "plaitcom"
   static constexpr uint64_t kDead = 0xdeadc0de0000dead;
   uint64_t magic = kLive;
-  std::atomic<int> inflight{0};     // API calls currently using impl
   std::atomic<int> closing{0};      // destroy/abort started
   std::atomic<int> initState{0};    // 0 ready, 1 initialising (non-blocking), 2 failed
-  std::unique_ptr<plait::Communicator> impl;
+  // API calls currently using impl. A line of its own: the thread that runs
+  // a rank's part of a group (a library worker, with ncclCommInitAll's ranks
+  // on one thread) writes it, while the calling thread reads the fields
+  // around it to check its next call's arguments.
+  alignas(64) std::atomic<int> inflight{0};
+  alignas(64) std::unique_ptr<plait::Communicator> impl;
   std::thread initThread;           // non-blocking initialisation
   plait::Status initError;
   int rank = -1;

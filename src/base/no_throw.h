@@ -46,17 +46,12 @@ Status noThrow(Body&& body) {
 template <class Body>
 std::vector<Status> runConcurrently(size_t n, Body body) {
   std::vector<Status> results(n);
-  struct Job {
-    Body* body;
-    Status* results;
-  } job{&body, results.data()};
-  runOnWorkers(
-      n,
-      [](void* arg, size_t i) {
-        Job* j = static_cast<Job*>(arg);
-        j->results[i] = noThrow([&] { return (*j->body)(i); });
-      },
-      &job, results.data());
+  std::vector<WorkerJob> jobs(n);
+  for (WorkerJob& job : jobs) {
+    job.run = [](const WorkerJob& j, size_t i) { return noThrow([&] { return (*static_cast<Body*>(j.data[0]))(i); }); };
+    job.data[0] = &body;
+  }
+  runOnWorkers(n, jobs.data(), results.data());
   return results;
 }
 

@@ -27,18 +27,22 @@ constexpr int kIdleSpins = 2000;           // of those polls, the first with a p
 // One worker: a thread that runs the job posted to it, then waits for the next.
 // `posted` counts the jobs posted (and is bumped once more to stop it); the
 // worker stores that count in `finished` when the job returned. Each word is
-// a futex with its own sleeper count (wait.h's protocol).
+// a futex with its own sleeper count (wait.h's protocol). The owner writes
+// the first cache line, the worker the second: a post is one line's move to
+// the worker, a finish one line's move back.
 struct Worker {
-  std::atomic<uint32_t> posted{0};
-  std::atomic<uint32_t> postedSleepers{0};
-  std::atomic<uint32_t> finished{0};
-  std::atomic<uint32_t> finishedSleepers{0};
   // Written by the pool's owner before `posted` is bumped (release), read by
   // the worker after it saw the bump (acquire).
-  void (*job)(void*, size_t) = nullptr;
-  void* arg = nullptr;
-  size_t index = 0;
+  alignas(64) std::atomic<uint32_t> posted{0};
+  std::atomic<uint32_t> postedSleepers{0};
   bool stop = false;
+  size_t index = 0;
+  WorkerJob job;
+  // Written by the worker before `finished` (release), read by the owner
+  // after it saw it (acquire).
+  alignas(64) std::atomic<uint32_t> finished{0};
+  std::atomic<uint32_t> finishedSleepers{0};
+  Status result;
   // kIdleSpins, or none when the pool's threads outnumber the CPUs; set by
   // the owner while the worker may be polling.
   std::atomic<int> idleSpins{0};
@@ -46,7 +50,7 @@ struct Worker {
 
   void loop();
   void idleUntilPosted(uint32_t seen);
-  void post(void (*j)(void*, size_t), void* a, size_t i);
+  void post(const WorkerJob& j, size_t i);
   void waitFinished();
   void stopAndJoin();
 };
@@ -75,15 +79,14 @@ void Worker::loop() {
     idleUntilPosted(seen);
     seen = posted.load(std::memory_order_acquire);
     if (stop) return;
-    job(arg, index);
+    result = job.run(job, index);
     finished.store(seen, std::memory_order_release);
     wake(&finished, &finishedSleepers);
   }
 }
 
-void Worker::post(void (*j)(void*, size_t), void* a, size_t i) {
+void Worker::post(const WorkerJob& j, size_t i) {
   job = j;
-  arg = a;
   index = i;
   posted.fetch_add(1, std::memory_order_release);
   wake(&posted, &postedSleepers);
@@ -129,7 +132,7 @@ class Pool {
   uint32_t forks() const { return forks_; }
   Pool* setAside = nullptr;  // the next pool set aside after fork (kept reachable)
 
-  void run(size_t n, void (*job)(void*, size_t), void* arg, Status* notStarted) {
+  void run(size_t n, const WorkerJob* jobs, Status* results) {
     busy_ = true;
     Status startError;
     while (workers_.size() + 1 < n && startError.isOk()) {
@@ -155,11 +158,14 @@ class Pool {
     }
     const size_t started = std::min(n - 1, workers_.size());
     for (size_t i = 1; i < n; ++i) {
-      if (i <= started) workers_[i - 1]->post(job, arg, i);
-      else notStarted[i] = startError;
+      if (i <= started) workers_[i - 1]->post(jobs[i], i);
+      else results[i] = startError;
     }
-    job(arg, 0);
-    for (size_t i = 0; i < started; ++i) workers_[i]->waitFinished();
+    results[0] = jobs[0].run(jobs[0], 0);
+    for (size_t i = 0; i < started; ++i) {
+      workers_[i]->waitFinished();
+      results[i + 1] = std::move(workers_[i]->result);
+    }
     busy_ = false;
   }
 
@@ -211,26 +217,26 @@ Pool* threadPool() {
 
 }  // namespace
 
-void runOnWorkers(size_t n, void (*job)(void* arg, size_t i), void* arg, Status* notStarted) {
+void runOnWorkers(size_t n, const WorkerJob* jobs, Status* results) {
   if (n == 0) return;
   if (n == 1) {
-    job(arg, 0);
+    results[0] = jobs[0].run(jobs[0], 0);
     return;
   }
   Pool* pool = nullptr;
   try {
     pool = threadPool();
   } catch (...) {
-    for (size_t i = 1; i < n; ++i) notStarted[i] = statusFromCurrentException().withContext("starting a thread");
-    job(arg, 0);
+    for (size_t i = 1; i < n; ++i) results[i] = statusFromCurrentException().withContext("starting a thread");
+    results[0] = jobs[0].run(jobs[0], 0);
     return;
   }
   if (pool == nullptr || pool->busy()) {  // nested, or the thread is exiting: workers joined on return
     Pool own;
-    own.run(n, job, arg, notStarted);
+    own.run(n, jobs, results);
     return;
   }
-  pool->run(n, job, arg, notStarted);
+  pool->run(n, jobs, results);
 }
 
 }  // namespace plait

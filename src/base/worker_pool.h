@@ -28,11 +28,23 @@
 
 namespace plait {
 
-// Runs job(arg, i) for every i in [0, n) at the same time: i = 0 on the
-// calling thread, the others on its pool's workers; returns once every job
-// returned. job must not throw. A worker that cannot be started (no memory,
-// the process's thread limit) leaves its job unrun and its notStarted[i] set
-// to the error; notStarted has n entries, and the others are left untouched.
-void runOnWorkers(size_t n, void (*job)(void* arg, size_t i), void* arg, Status* notStarted);
+// One body for one worker: run(job, i) with the data it carries. A post
+// copies the job into the worker's own cache line, so a worker reaches its
+// body without reading the caller's memory: data on the caller's stack (a
+// lambda's captures) costs the worker a cache miss per pointer it follows,
+// and the caller one more when its next call writes that stack again. With
+// ncclCommInitAll's ranks driven by one thread (-g 2), that chain cost
+// 1.2 us per 8-byte group (perf/results/host/launch_modes.md).
+struct WorkerJob {
+  Status (*run)(const WorkerJob& job, size_t index) = nullptr;
+  void* data[4] = {};
+};
+
+// Runs jobs[i].run(jobs[i], i) for every i in [0, n) at the same time: i = 0
+// on the calling thread, the others on its pool's workers; returns once every
+// job returned, with results[i] = what job i returned. run must not throw. A
+// worker that cannot be started (no memory, the process's thread limit)
+// leaves its job unrun and results[i] set to the error.
+void runOnWorkers(size_t n, const WorkerJob* jobs, Status* results);
 
 }  // namespace plait

@@ -8,10 +8,25 @@
 namespace plait::group {
 namespace {
 
+// What End sorts a group into: per communicator, its operations, its job
+// and its result. Kept from one group to the next, so that End allocates and
+// frees nothing: a worker reads its communicator's operations, and memory it
+// read that the calling thread frees (the allocator writes into it) or fills
+// again costs the caller a cache line's move back each time.
+struct GroupParts {
+  std::vector<ncclComm_t> comms;
+  std::vector<std::vector<Task>> tasks;  // inner vectors keep their capacity
+  std::vector<WorkerJob> jobs;
+  std::vector<Status> results;
+  bool inUse = false;  // a group ended from inside a part (nested) uses parts of its own
+};
+
 struct ThreadGroup {
   std::vector<PendingOp> ops;
+  std::vector<PendingOp> spareOps;  // the last group's, emptied: ops' next storage
   std::vector<std::pair<const void*, std::function<Status()>>> setups;  // (communicator, call)
   Status firstError;
+  GroupParts parts;
 };
 
 // The default TLS model (see base/log.cc): initial-exec saved a
@@ -70,10 +85,54 @@ void recordError(const Status& status) {
   if (tls.firstError.isOk()) tls.firstError = status;
 }
 
-Status end(const std::function<Status(ncclComm_t, std::vector<Task>&)>& run) {
+namespace {
+// One communicator's part of a group, on whichever thread runs it: the data
+// are the communicator, its operations, the caller's `run` and its device
+// group scope.
+Status runPart(const WorkerJob& job, size_t) {
+  DeviceGroupScope::Adopt adopt(static_cast<DeviceGroupScope*>(job.data[3]));
+  auto* tasks = static_cast<std::vector<Task>*>(job.data[1]);
+  const auto run = reinterpret_cast<GroupRun>(job.data[2]);
+  return noThrow([&] { return run(static_cast<ncclComm_t>(job.data[0]), *tasks); });
+}
+
+// Sorts `ops` by communicator, in order of first appearance, and runs each
+// communicator's part at once (core/group.h).
+Status runParts(GroupRun run, const std::vector<PendingOp>& ops, GroupParts& parts) {
+  size_t n = 0;
+  for (const PendingOp& op : ops) {
+    size_t i = 0;
+    while (i < n && parts.comms[i] != op.comm) ++i;
+    if (i == n) {
+      if (n == parts.comms.size()) {
+        parts.comms.push_back(op.comm);
+        parts.tasks.emplace_back();
+      }
+      parts.comms[n] = op.comm;
+      parts.tasks[n].clear();
+      ++n;
+    }
+    parts.tasks[i].push_back(op.task);
+  }
+  if (n == 0) return Status::ok();
+  DeviceGroupScope* deviceGroup = DeviceGroupScope::current();  // the workers' launches join back at its end
+  parts.jobs.resize(n);
+  parts.results.assign(n, Status::ok());
+  for (size_t i = 0; i < n; ++i)
+    parts.jobs[i] = WorkerJob{&runPart, {parts.comms[i], &parts.tasks[i], reinterpret_cast<void*>(run), deviceGroup}};
+  runOnWorkers(n, parts.jobs.data(), parts.results.data());
+  for (size_t i = 0; i < n; ++i)
+    if (!parts.results[i].isOk()) return parts.results[i];
+  return Status::ok();
+}
+
+}  // namespace
+
+Status end(GroupRun run) {
   if (tlsDepth == 0) return invalidUsage("ncclGroupEnd called without a matching ncclGroupStart");
   if (--tlsDepth > 0) return Status::ok();
   std::vector<PendingOp> ops = std::move(tls.ops);
+  tls.ops = std::move(tls.spareOps);  // empty, with the storage of the group before
   tls.ops.clear();
   auto setups = std::move(tls.setups);
   tls.setups.clear();
@@ -83,29 +142,20 @@ Status end(const std::function<Status(ncclComm_t, std::vector<Task>&)>& run) {
     Status s = runSetups(setups);
     if (first.isOk()) first = s;
   }
-  if (!first.isOk()) return first;  // NCCL launches nothing from a group with a bad call
-
-  // Per communicator, in order of first appearance.
-  std::vector<ncclComm_t> comms;
-  std::vector<std::vector<Task>> tasks;
-  for (auto& op : ops) {
-    size_t i = 0;
-    while (i < comms.size() && comms[i] != op.comm) ++i;
-    if (i == comms.size()) {
-      comms.push_back(op.comm);
-      tasks.emplace_back();
+  Status result = first;  // NCCL launches nothing from a group with a bad call
+  if (first.isOk()) {
+    if (tls.parts.inUse) {
+      GroupParts own;
+      result = runParts(run, ops, own);
+    } else {
+      tls.parts.inUse = true;
+      result = runParts(run, ops, tls.parts);
+      tls.parts.inUse = false;
     }
-    tasks[i].push_back(op.task);
   }
-  if (comms.empty()) return Status::ok();
-  DeviceGroupScope* deviceGroup = DeviceGroupScope::current();  // the workers' launches join back at its end
-  const std::vector<Status> results = runConcurrently(comms.size(), [&](size_t i) {
-    DeviceGroupScope::Adopt adopt(deviceGroup);
-    return run(comms[i], tasks[i]);
-  });
-  for (auto& r : results)
-    if (!r.isOk()) return r;
-  return Status::ok();
+  ops.clear();
+  if (tls.spareOps.capacity() < ops.capacity()) tls.spareOps = std::move(ops);
+  return result;
 }
 
 }  // namespace plait::group
