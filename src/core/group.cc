@@ -148,9 +148,11 @@ Status end(GroupRun run) {
       GroupParts own;
       result = runParts(run, ops, own);
     } else {
-      tls.parts.inUse = true;
+      struct InUse {
+        bool& flag;
+        ~InUse() { flag = false; }
+      } inUse{tls.parts.inUse = true};
       result = runParts(run, ops, tls.parts);
-      tls.parts.inUse = false;
     }
   }
   ops.clear();
