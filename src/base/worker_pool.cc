@@ -133,7 +133,10 @@ class Pool {
   Pool* setAside = nullptr;  // the next pool set aside after fork (kept reachable)
 
   void run(size_t n, const WorkerJob* jobs, Status* results) {
-    busy_ = true;
+    struct Busy {
+      bool& flag;
+      ~Busy() { flag = false; }  // also when starting a worker throws
+    } busy{busy_ = true};
     Status startError;
     while (workers_.size() + 1 < n && startError.isOk()) {
       try {
@@ -157,16 +160,16 @@ class Pool {
       for (auto& w : workers_) w->idleSpins.store(spins, std::memory_order_relaxed);
     }
     const size_t started = std::min(n - 1, workers_.size());
-    for (size_t i = 1; i < n; ++i) {
-      if (i <= started) workers_[i - 1]->post(jobs[i], i);
-      else results[i] = startError;
-    }
+    // Before any post: copying a Status may throw, and nothing may unwind
+    // past jobs that run.
+    for (size_t i = started + 1; i < n; ++i) results[i] = startError;
+    for (size_t i = 1; i <= started; ++i) workers_[i - 1]->post(jobs[i], i);
     results[0] = jobs[0].run(jobs[0], 0);
     for (size_t i = 0; i < started; ++i) {
       workers_[i]->waitFinished();
-      results[i + 1] = std::move(workers_[i]->result);
+      // An OK result stays where it is: moving it would write the worker's line.
+      if (!workers_[i]->result.isOk()) results[i + 1] = std::move(workers_[i]->result);
     }
-    busy_ = false;
   }
 
  private:

@@ -29,12 +29,13 @@
 namespace plait {
 
 // One body for one worker: run(job, i) with the data it carries. A post
-// copies the job into the worker's own cache line, so a worker reaches its
-// body without reading the caller's memory: data on the caller's stack (a
-// lambda's captures) costs the worker a cache miss per pointer it follows,
-// and the caller one more when its next call writes that stack again. With
-// ncclCommInitAll's ranks driven by one thread (-g 2), that chain cost
-// 1.2 us per 8-byte group (perf/results/host/launch_modes.md).
+// copies the job into the worker's own cache line, so the worker reaches its
+// body through no pointer into the caller's memory (unless the data point
+// there): data on the caller's stack, a lambda's captures, cost the worker a
+// cache miss per pointer it follows, and the caller one more when its next
+// call writes that stack again. With ncclCommInitAll's ranks driven by one
+// thread (-g 2), that chain and its like made an 8-byte group of two ranks
+// take 1.5 us instead of 1.0 (perf/results/host/launch_modes.md).
 struct WorkerJob {
   Status (*run)(const WorkerJob& job, size_t index) = nullptr;
   void* data[4] = {};
@@ -42,9 +43,10 @@ struct WorkerJob {
 
 // Runs jobs[i].run(jobs[i], i) for every i in [0, n) at the same time: i = 0
 // on the calling thread, the others on its pool's workers; returns once every
-// job returned, with results[i] = what job i returned. run must not throw. A
-// worker that cannot be started (no memory, the process's thread limit)
-// leaves its job unrun and results[i] set to the error.
+// job returned. results (n entries) must come in OK: results[i] becomes job
+// i's error, if it returned one. run must not throw. A worker that cannot be
+// started (no memory, the process's thread limit) leaves its job unrun and
+// results[i] set to the error.
 void runOnWorkers(size_t n, const WorkerJob* jobs, Status* results);
 
 }  // namespace plait

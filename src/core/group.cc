@@ -104,10 +104,10 @@ Status runParts(GroupRun run, const std::vector<PendingOp>& ops, GroupParts& par
     size_t i = 0;
     while (i < n && parts.comms[i] != op.comm) ++i;
     if (i == n) {
-      if (n == parts.comms.size()) {
-        parts.comms.push_back(op.comm);
-        parts.tasks.emplace_back();
-      }
+      // tasks first: a bad_alloc between the two leaves comms the shorter,
+      // which the next group's pushes mend.
+      if (n == parts.tasks.size()) parts.tasks.emplace_back();
+      if (n == parts.comms.size()) parts.comms.push_back(op.comm);
       parts.comms[n] = op.comm;
       parts.tasks[n].clear();
       ++n;

@@ -33,8 +33,8 @@ void start();
 // (called once per communicator with its operations) and returns the first
 // error of the group, including errors recorded by recordError.
 // `run` may run on several threads at once (one per communicator); an
-// exception it throws becomes that communicator's error. A plain function:
-// a worker running it reads nothing of the caller's stack (worker_pool.h).
+// exception it throws becomes that communicator's error. A plain function,
+// so a worker reaches it without reading the caller's stack (worker_pool.h).
 using GroupRun = Status (*)(ncclComm_t comm, std::vector<Task>& tasks);
 Status end(GroupRun run);
 void enqueue(ncclComm_t comm, const Task& task);

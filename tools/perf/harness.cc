@@ -32,6 +32,7 @@
 #include "options.h"
 #include "perf_table.h"
 #include "plait/memory.hpp"
+#include "run/core_binding.h"
 
 namespace plait::perf {
 namespace {
@@ -79,6 +80,7 @@ struct Job {
   std::unique_ptr<std::atomic<int64_t>[]> deadlines;  // per thread; 0: none
   std::vector<std::string> labels;
   std::vector<int> threadCpus;  // CPU of each -t thread (--bind_threads); empty: unbound
+  std::unique_ptr<std::atomic<int>[]> runningOn;  // where each bound thread ran once bound
   std::atomic<bool> failing{false};
   std::atomic<bool> done{false};
   std::atomic<int> exitCode{0};
@@ -271,6 +273,22 @@ void barrier(ThreadState& ts) {
   reduceScratch(ts, ncclSum);
 }
 
+// The -t threads' CPUs, once every thread has bound itself (they all took
+// part in the collective before this): each bound thread reported where it
+// ran right after binding.
+void printBinding(const Job& job) {
+  if (job.threadCpus.empty()) return;
+  std::string cpus, astray;
+  for (size_t t = 0; t < job.threadCpus.size(); ++t) {
+    cpus += " " + std::to_string(job.threadCpus[t]);
+    const int on = job.runningOn[t].load();
+    if (on != job.threadCpus[t])
+      astray += " thread " + std::to_string(t) + " ran on CPU " + std::to_string(on) + ";";
+  }
+  std::printf("# Threads bound to CPUs%s, %s (--bind_threads 0: unbound)\n", cpus.c_str(),
+              astray.empty() ? "each running there" : ("but" + astray + " not running where bound").c_str());
+}
+
 void printDevices(ThreadState& ts) {
   Job& job = *ts.job;
   size_t total = static_cast<size_t>(job.nranks) * kDeviceLineBytes;
@@ -290,6 +308,7 @@ void printDevices(ThreadState& ts) {
   if (group) checkCall(job, &ts.ranks[0], "ncclGroupEnd", ncclGroupEnd());
   if (!ts.printer) return;
   std::lock_guard<std::mutex> lock(job.mutex);
+  printBinding(job);
   std::printf("#\n# Using devices\n");
   for (int r = 0; r < job.nranks; ++r) {
     std::string line(lines[0].data() + static_cast<size_t>(r) * kDeviceLineBytes);
@@ -473,21 +492,20 @@ void finishThread(ThreadState& ts) {
   }
 }
 
-// The CPUs the -t threads are bound to, one each, from those this process
-// may run on: none (unbound) for one thread, without --bind_threads, or where
-// the process has fewer CPUs than threads. Unbound threads that talk through
-// futex wake-ups can land on one CPU and stay there for milliseconds, each
-// hand-off then a context switch: a 2-thread 64-byte AllGather read 2-10 us
-// in most 3000-call runs instead of 0.24 (perf/results/host/thread_binding.md).
-std::vector<int> threadCpus(const Options& o) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (!o.bindThreads || o.nThreads < 2 || sched_getaffinity(0, sizeof set, &set) != 0) return {};
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE && static_cast<int>(cpus.size()) < o.nThreads; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  if (static_cast<int>(cpus.size()) < o.nThreads) return {};
-  return cpus;
+// The CPUs the -t threads are bound to, one each, in plait-run's order (a
+// thread of every core before second threads): none (unbound) for one
+// thread, without --bind_threads, where the process has fewer CPUs than
+// threads, where the job has other processes (binding them is the
+// launcher's; processes sharing one mask would all pick the same CPUs), or
+// with -g > 1 (the library's group worker would inherit its thread's one
+// CPU). Unbound threads that talk through futex wake-ups can start on one
+// CPU and stay there for milliseconds, each hand-off then a context switch:
+// the first size of half of the 3000-call runs of a 2-thread 8-byte
+// AllReduce read 1.3-15 us instead of 0.24 (perf/results/host/launch_modes.md).
+std::vector<int> threadCpus(const Options& o, const ProcessLayout& layout) {
+  if (!o.bindThreads || o.nThreads < 2 || o.nGpus > 1 || layout.nProcs > 1) return {};
+  std::string why;
+  return plait::run::planCoreBinding(o.nThreads, &why);
 }
 
 void threadMain(Job* job, int index) {
@@ -497,6 +515,7 @@ void threadMain(Job* job, int index) {
     CPU_SET(job->threadCpus[index], &one);
     if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0)
       std::fprintf(stderr, "# thread %d: cannot bind to CPU %d; running unbound\n", index, job->threadCpus[index]);
+    job->runningOn[index].store(sched_getcpu());  // binding moved the thread at once
   }
   ThreadState ts;
   ts.job = job;
@@ -596,12 +615,9 @@ int runPerfTool(const CollSpec& spec, int argc, char** argv) {
   job.deadlines = std::make_unique<std::atomic<int64_t>[]>(o.nThreads);
   for (int t = 0; t < o.nThreads; ++t) job.deadlines[t].store(0);
   job.labels.resize(o.nThreads);
-  job.threadCpus = threadCpus(o);
-  if (job.layout.procRank == 0 && !job.threadCpus.empty()) {
-    std::string cpus;
-    for (int c : job.threadCpus) cpus += " " + std::to_string(c);
-    std::printf("# Threads bound to CPUs%s (--bind_threads 0: unbound)\n", cpus.c_str());
-  }
+  job.threadCpus = threadCpus(o, job.layout);
+  job.runningOn = std::make_unique<std::atomic<int>[]>(o.nThreads);
+  for (int t = 0; t < o.nThreads; ++t) job.runningOn[t].store(-1);
   std::thread watchdog;
   if (o.timeoutSec > 0) watchdog = std::thread(watchdogMain, &job);
   std::vector<std::thread> threads;
