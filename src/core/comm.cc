@@ -334,6 +334,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   // The same on every local rank: oversubscription is judged on the union of their CPU masks.
   alltoallCma_ = cma_ && (kAlltoAllCma.get() == 1 || (kAlltoAllCma.get() < 0 && !oversubscribed_));
   direct_->setAlltoAllCma(alltoallCma_, cma_ && kAlltoAllCma.get() != 0);
+  direct_->setCorePerRankPair(nranks_ == 2 && so.localRanks.size() == 2 && !oversubscribed_);
   deviceHostOptions_ = so;
   deviceHostOptions_.dedicatedCores = false;  // the device path's host threads share the rank's CPUs
   hostOf_ = hostOf;

@@ -122,11 +122,20 @@ class DirectPath {
   // the FIFO path their ranks need not wait for each other, and the
   // agreement makes every call wait for all (measured 3-4 us more per
   // unregistered call at 64-256 KiB, 2 ranks; within the noise from 1 MiB).
+  // Broadcast, Gather and Scatter at 2 ranks with a core each go direct
+  // from PLAIT_DIRECT_PAIR_ROOTED_MIN_BYTES: there the wait cost less than
+  // the FIFOs' second copy (setCorePerRankPair).
   size_t minBytes(CollType coll) const {
     const bool synchronizing =
         coll == CollType::kAllReduce || coll == CollType::kAllGather || coll == CollType::kReduceScatter;
-    return synchronizing ? minBytes_ : minBytesUnsynced_;
+    if (synchronizing) return minBytes_;
+    const bool pairRooted =
+        coll == CollType::kBroadcast || coll == CollType::kGather || coll == CollType::kScatter;
+    return pairRooted && corePerRankPair_ ? std::min(minBytesUnsynced_, pairRootedMinBytes_) : minBytesUnsynced_;
   }
+  // Whether the communicator is 2 ranks, each with a core of its own: the
+  // same on every rank (judged on the union of their CPU masks).
+  void setCorePerRankPair(bool pair) { corePerRankPair_ = pair; }
 
   // Whether this call could go by cross-memory attach (by the static rule or
   // the measured choice): the same answer on every rank. Where it could not,
@@ -236,6 +245,8 @@ class DirectPath {
   bool enabled_ = false;
   size_t minBytes_ = SIZE_MAX;
   size_t minBytesUnsynced_ = SIZE_MAX;
+  size_t pairRootedMinBytes_ = SIZE_MAX;
+  bool corePerRankPair_ = false;
   size_t chunkBytes_ = 64 << 10;
   size_t streamBytes_ = SIZE_MAX;  // outputs at least this large use streaming stores
   bool gatherPush_ = false;
