@@ -84,8 +84,10 @@ TEST_CASE("a sleeping waiter is woken by wake()", "[wait]") {
     result = waitUntil([&] { return word.load(std::memory_order_acquire) != 0; }, &word, &sleepers, ctx);
   });
   auto start = Clock::now();  // under load the yield phase can take a while: poll for the sleeper
-  while (sleepers.load() == 0 && msSince(start) < 5000) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  REQUIRE(sleepers.load() == 1);
+  uint32_t seen = 0;          // the count as seen: the waiter leaves it between its 1 ms sleeps
+  while ((seen = sleepers.load()) == 0 && msSince(start) < 5000)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(seen == 1);
   word.store(1, std::memory_order_release);
   wake(&word, &sleepers);
   waiter.join();
