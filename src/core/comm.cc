@@ -359,7 +359,8 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   scratch_.resize(so.mesh.stepBytes);
   oneShotInputs_.resize(nranks_);
   oneShotStage_.resize(static_cast<size_t>(nranks_) * kLineMaxMessageBytes);
-  lineP2pMaxBytes_ = ti.fullMesh ? lineP2pMaxBytes() : 0;
+  // The same on every rank: the rank count, and oversubscription judged on the union of the local CPU masks.
+  lineP2pMaxBytes_ = ti.fullMesh ? lineP2pMaxBytes(nranks_ == 2 && so.localRanks.size() == 2 && !oversubscribed_) : 0;
   for (int r = 0; r < nranks_; ++r)
     PLAIT_INFO(kInit, "rank %d -> rank %d via %s", rank_, r,
                r == rank_ ? "self" : (shm_->isLocal(r) ? "SHM" : net_ ? net_->description().c_str() : "none"));

@@ -43,8 +43,10 @@ namespace plait {
 // PLAIT_TIMEOUT in milliseconds: how long any wait for a peer may block.
 int64_t operationTimeoutMs();
 // PLAIT_P2P_LINE_MAX_BYTES, at most kLineMaxMessageBytes: the largest block of
-// an AlltoAll, Gather or Scatter sent through the line FIFOs.
-size_t lineP2pMaxBytes();
+// an AlltoAll, Gather or Scatter sent through the line FIFOs. Its default
+// depends on whether the communicator is 2 ranks with a core each (decided
+// alike on every rank).
+size_t lineP2pMaxBytes(bool corePerRankPair);
 // PLAIT_P2P_SCATTER_CMA_MIN_BYTES and _MAX_BYTES: an error naming the one
 // that is negative.
 Status checkP2pSettings();
