@@ -206,12 +206,13 @@ Result<int> Communicator::agreeOnSettings(int wantChannels, Deadline deadline) {
     int32_t channels;
     int32_t reproducible;
     int32_t live;
-    int32_t reserved;
+    int32_t p2pLineMax;  // PLAIT_P2P_LINE_MAX_BYTES (rank 0's counts: both ends of a block must agree)
     HostCosts costs;  // doubles only: no padding goes over the wire
   };
   static_assert(sizeof(HostCosts) % sizeof(double) == 0 && sizeof(Wants) == 4 * sizeof(int32_t) + sizeof(HostCosts));
   std::vector<Wants> wants(nranks_, Wants{0, 0, 0, 0, HostCosts{}});
-  wants[rank_] = Wants{wantChannels, reproducible_, liveMode_ ? 1 : 0, 0, costs};
+  const int32_t p2pLineMax = lineP2pSetting();
+  wants[rank_] = Wants{wantChannels, reproducible_, liveMode_ ? 1 : 0, p2pLineMax, costs};
   PLAIT_RETURN_IF_ERROR(bootstrap_->allGather(wants.data(), sizeof(Wants), deadline));
   int nChannels = wantChannels;
   for (int r = 0; r < nranks_; ++r) {
@@ -226,6 +227,10 @@ Result<int> Communicator::agreeOnSettings(int wantChannels, Deadline deadline) {
                           "; every rank must use the same mode");
   }
   if (nChannels < 1) return remoteError("a rank asked for " + std::to_string(nChannels) + " channels");
+  p2pLineSetting_ = wants[0].p2pLineMax;
+  if (p2pLineMax != p2pLineSetting_)
+    PLAIT_WARN(kInit, "rank %d: PLAIT_P2P_LINE_MAX_BYTES is %d here, %d on rank 0; every rank uses rank 0's", rank_,
+               p2pLineMax, p2pLineSetting_);
   PLAIT_RETURN_IF_ERROR(checkHostCosts(wants[0].costs, "rank 0's host costs"));
   hostCosts_ = wants[0].costs;
   if (std::memcmp(&costs, &hostCosts_, sizeof costs) != 0)
@@ -308,6 +313,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
     // A rank with network peers has a proxy thread that must run beside it:
     // spinning on a one-CPU mask would starve it.
     so.dedicatedCores = lc.dedicated && (!remotePeers || lc.minCpusPerRank >= 2);
+    corePerRankPair_ = nranks_ == 2 && so.localRanks.size() == 2 && lc.cpus > 0 && !lc.oversubscribed;
     PLAIT_INFO(kInit, "local ranks %zu on %d CPUs: %s%s", so.localRanks.size(), lc.cpus,
                so.oversubscribed ? "oversubscribed" : "not oversubscribed",
                so.dedicatedCores ? ", a core each (waits spin)" : "");
@@ -334,7 +340,13 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   // The same on every local rank: oversubscription is judged on the union of their CPU masks.
   alltoallCma_ = cma_ && (kAlltoAllCma.get() == 1 || (kAlltoAllCma.get() < 0 && !oversubscribed_));
   direct_->setAlltoAllCma(alltoallCma_, cma_ && kAlltoAllCma.get() != 0);
-  direct_->setCorePerRankPair(nranks_ == 2 && so.localRanks.size() == 2 && !oversubscribed_);
+  // Broadcast from 64 KiB by cross-memory attach: not where ranks are threads or cannot attach (there the
+  // direct path could only serve registered buffers, unmeasured at these sizes).
+  direct_->setBroadcastPair(corePerRankPair_ && cma_);
+  if (corePerRankPair_)
+    PLAIT_INFO(kInit, "2 ranks with a core each: Broadcast tries the direct path from %zu bytes, AlltoAll, Gather "
+               "and Scatter blocks up to %zu bytes go by line FIFOs", direct_->minBytes(CollType::kBroadcast),
+               lineP2pMaxBytes(p2pLineSetting_, true));
   deviceHostOptions_ = so;
   deviceHostOptions_.dedicatedCores = false;  // the device path's host threads share the rank's CPUs
   hostOf_ = hostOf;
@@ -359,8 +371,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   scratch_.resize(so.mesh.stepBytes);
   oneShotInputs_.resize(nranks_);
   oneShotStage_.resize(static_cast<size_t>(nranks_) * kLineMaxMessageBytes);
-  // The same on every rank: the rank count, and oversubscription judged on the union of the local CPU masks.
-  lineP2pMaxBytes_ = ti.fullMesh ? lineP2pMaxBytes(nranks_ == 2 && so.localRanks.size() == 2 && !oversubscribed_) : 0;
+  lineP2pMaxBytes_ = ti.fullMesh ? lineP2pMaxBytes(p2pLineSetting_, corePerRankPair_) : 0;
   for (int r = 0; r < nranks_; ++r)
     PLAIT_INFO(kInit, "rank %d -> rank %d via %s", rank_, r,
                r == rank_ ? "self" : (shm_->isLocal(r) ? "SHM" : net_ ? net_->description().c_str() : "none"));

@@ -42,11 +42,13 @@ namespace plait {
 
 // PLAIT_TIMEOUT in milliseconds: how long any wait for a peer may block.
 int64_t operationTimeoutMs();
-// PLAIT_P2P_LINE_MAX_BYTES, at most kLineMaxMessageBytes: the largest block of
-// an AlltoAll, Gather or Scatter sent through the line FIFOs. Its default
-// depends on whether the communicator is 2 ranks with a core each (decided
-// alike on every rank).
-size_t lineP2pMaxBytes(bool corePerRankPair);
+// PLAIT_P2P_LINE_MAX_BYTES as set here (clamped to an int32), which the
+// ranks agree on at init (rank 0's), and what an agreed `setting` means: the
+// largest block of an AlltoAll, Gather or Scatter sent through the line FIFOs,
+// at most kLineMaxMessageBytes; the default depends on whether the
+// communicator is 2 ranks with a core each (decided alike on every rank).
+int32_t lineP2pSetting();
+size_t lineP2pMaxBytes(int64_t setting, bool corePerRankPair);
 // PLAIT_P2P_SCATTER_CMA_MIN_BYTES and _MAX_BYTES: an error naming the one
 // that is negative.
 Status checkP2pSettings();
@@ -344,6 +346,10 @@ class Communicator {
   bool oversubscribed_ = false;          // more local ranks than cores
   bool alltoallCma_ = false;             // AlltoAll may copy by cross-memory attach (PLAIT_ALLTOALL_CMA)
   bool dedicatedCores_ = false;          // local ranks on disjoint CPUs (base/cpu_mask.h)
+  // 2 ranks on one host with a core each, judged on their CPU masks as
+  // exchanged (never on a rank's own fallback guess): the same on both.
+  bool corePerRankPair_ = false;
+  int32_t p2pLineSetting_ = -1;  // PLAIT_P2P_LINE_MAX_BYTES as agreed (rank 0's)
   bool cma_ = false;                     // local ranks may read each other's memory (process_vm_readv)
   std::vector<char> scratch_;     // one-shot in-place staging
   std::vector<const void*> oneShotInputs_;

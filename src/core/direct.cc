@@ -33,14 +33,18 @@ PLAIT_PARAM_INT(kDirectUnsyncedMinBytes, "DIRECT_UNSYNCED_MIN_BYTES", 1 << 20,
                 "the same for Broadcast, Reduce, Gather, Scatter and AlltoAll, whose FIFO paths let ranks run ahead");
 // Two ranks with a core each (Intel host, 2026-11-29, 5 interleaved rounds,
 // unregistered heap buffers, perf/results/host/rooted_pair.md): Broadcast
-// took 0.49x the time at 256 KiB, Gather 0.81x / 0.50x at 64 / 256 KiB,
-// Scatter 0.72x at 64 KiB on the direct path (one copy by cross-memory
-// attach, the measured choice against the FIFOs) than on the FIFOs; Reduce
-// and AlltoAll were slower at 64 KiB (1.39x, 1.10x), and with 4 ranks on the
-// 2 cores every one of them (1.15-1.54x): those keep the threshold above.
-PLAIT_PARAM_INT(kDirectPairRootedMinBytes, "DIRECT_PAIR_ROOTED_MIN_BYTES", 64 << 10,
-                "Broadcast, Gather and Scatter at 2 ranks with a core each try the direct path from this many "
-                "bytes (the smaller of it and PLAIT_DIRECT_UNSYNCED_MIN_BYTES)");
+// took 0.59x / 0.52x the time at 64 / 256 KiB on the direct path (one copy
+// by cross-memory attach, the measured choice against the FIFOs). Gather and
+// Scatter gained too (0.45-0.95x) but keep the threshold above: in a group
+// with sends or receives they stay in the point-to-point batch, and a peer
+// calling them alone on the direct path would wait for the batch until the
+// timeout (docs/ARCHITECTURE.md), which 64 KiB would make common. Reduce and
+// AlltoAll lost at 64 KiB (1.39x, 1.10x), and Broadcast with 4 ranks on the
+// 2 cores (1.16-1.39x). On the AMD host where the 1 MiB threshold was set,
+// agreeing had cost 3-4 us per call at 64-256 KiB: unmeasured there since.
+PLAIT_PARAM_INT(kDirectPairBroadcastMinBytes, "DIRECT_PAIR_BROADCAST_MIN_BYTES", 64 << 10,
+                "Broadcast at 2 ranks with a core each that can attach to each other's memory tries the direct "
+                "path from this many bytes (the smaller of it and PLAIT_DIRECT_UNSYNCED_MIN_BYTES)");
 // Skipping the agreement where only registered buffers could go direct and
 // no rank has registered one: ReduceScatter at 4 ranks took 0.59-0.79x the
 // time at 64 KiB-1 MiB; AllGather, AllReduce and ReduceScatter at 16-32 KiB
@@ -100,7 +104,7 @@ struct ProbeInfo {
   uint64_t token = 0;
   uint64_t minBytes = 0;
   uint64_t minBytesUnsynced = 0;
-  uint64_t pairRootedMinBytes = 0;
+  uint64_t pairBroadcastMinBytes = 0;
   uint64_t cmaMinBytes = 0;
   uint64_t cmaMaxBytes = 0;
   uint64_t cmaReduceMinBytes = 0;
@@ -208,7 +212,7 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
   mine.cmaReduceMinBytes = static_cast<uint64_t>(std::max<int64_t>(0, kDirectCmaReduceMinBytes.get()));
   mine.minBytes = static_cast<uint64_t>(std::max<int64_t>(1, kDirectMinBytes.get()));
   mine.minBytesUnsynced = static_cast<uint64_t>(std::max<int64_t>(1, kDirectUnsyncedMinBytes.get()));
-  mine.pairRootedMinBytes = static_cast<uint64_t>(std::max<int64_t>(1, kDirectPairRootedMinBytes.get()));
+  mine.pairBroadcastMinBytes = static_cast<uint64_t>(std::max<int64_t>(1, kDirectPairBroadcastMinBytes.get()));
   mine.token = randomToken();
   int fd = mine.want ? memfd_create("plait-probe", MFD_CLOEXEC) : -1;
   if (fd >= 0 && ftruncate(fd, kProbeBytes) == 0) {
@@ -237,8 +241,8 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
     minBytes_ = r == 0 ? info[r].minBytes : std::max<size_t>(minBytes_, info[r].minBytes);
     minBytesUnsynced_ =
         r == 0 ? info[r].minBytesUnsynced : std::max<size_t>(minBytesUnsynced_, info[r].minBytesUnsynced);
-    pairRootedMinBytes_ =
-        r == 0 ? info[r].pairRootedMinBytes : std::max<size_t>(pairRootedMinBytes_, info[r].pairRootedMinBytes);
+    pairBroadcastMinBytes_ = r == 0 ? info[r].pairBroadcastMinBytes
+                                    : std::max<size_t>(pairBroadcastMinBytes_, info[r].pairBroadcastMinBytes);
     pids_.push_back(info[r].pid);
     identities_.push_back(info[r].identity);
   }
@@ -248,7 +252,7 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
   cmaReduceMinBytes_ = info[0].cmaReduceMinBytes;
   agreeAlways_ = info[0].agree != 0;
   cmaWanted_ = std::all_of(info.begin(), info.end(), [](const ProbeInfo& i) { return i.cma != 0; });
-  if (!enabled_) minBytes_ = minBytesUnsynced_ = pairRootedMinBytes_ = SIZE_MAX;
+  if (!enabled_) minBytes_ = minBytesUnsynced_ = pairBroadcastMinBytes_ = SIZE_MAX;
   if (enabled_) {
     PLAIT_INFO(kInit, "direct collectives on registered buffers: on from %zu bytes (%zu for the rooted ones and "
                "AlltoAll; %s, AllGather %s)", minBytes_, minBytesUnsynced_,

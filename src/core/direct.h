@@ -122,20 +122,19 @@ class DirectPath {
   // the FIFO path their ranks need not wait for each other, and the
   // agreement makes every call wait for all (measured 3-4 us more per
   // unregistered call at 64-256 KiB, 2 ranks; within the noise from 1 MiB).
-  // Broadcast, Gather and Scatter at 2 ranks with a core each go direct
-  // from PLAIT_DIRECT_PAIR_ROOTED_MIN_BYTES: there the wait cost less than
-  // the FIFOs' second copy (setCorePerRankPair).
+  // Broadcast at 2 ranks with a core each goes direct from
+  // PLAIT_DIRECT_PAIR_BROADCAST_MIN_BYTES: there one copy by cross-memory
+  // attach, waits included, cost less than the FIFOs' two (setBroadcastPair).
   size_t minBytes(CollType coll) const {
     const bool synchronizing =
         coll == CollType::kAllReduce || coll == CollType::kAllGather || coll == CollType::kReduceScatter;
     if (synchronizing) return minBytes_;
-    const bool pairRooted =
-        coll == CollType::kBroadcast || coll == CollType::kGather || coll == CollType::kScatter;
-    return pairRooted && corePerRankPair_ ? std::min(minBytesUnsynced_, pairRootedMinBytes_) : minBytesUnsynced_;
+    if (coll == CollType::kBroadcast && broadcastPair_) return std::min(minBytesUnsynced_, pairBroadcastMinBytes_);
+    return minBytesUnsynced_;
   }
-  // Whether the communicator is 2 ranks, each with a core of its own: the
-  // same on every rank (judged on the union of their CPU masks).
-  void setCorePerRankPair(bool pair) { corePerRankPair_ = pair; }
+  // Whether the communicator is 2 ranks with a core each that can attach to
+  // each other's memory: the same on both (decided from exchanged values).
+  void setBroadcastPair(bool pair) { broadcastPair_ = pair; }
 
   // Whether this call could go by cross-memory attach (by the static rule or
   // the measured choice): the same answer on every rank. Where it could not,
@@ -245,8 +244,8 @@ class DirectPath {
   bool enabled_ = false;
   size_t minBytes_ = SIZE_MAX;
   size_t minBytesUnsynced_ = SIZE_MAX;
-  size_t pairRootedMinBytes_ = SIZE_MAX;
-  bool corePerRankPair_ = false;
+  size_t pairBroadcastMinBytes_ = SIZE_MAX;
+  bool broadcastPair_ = false;
   size_t chunkBytes_ = 64 << 10;
   size_t streamBytes_ = SIZE_MAX;  // outputs at least this large use streaming stores
   bool gatherPush_ = false;

@@ -36,13 +36,13 @@ constexpr size_t kCmaChunk = size_t(4) << 20;        // bytes read per pass, so 
 // -1: 2048 at 2 ranks with a core each, else 1024. At 2 ranks (Intel host,
 // 2026-11-29, 7 interleaved rounds, perf/results/host/rooted_pair.md) 1.5-2
 // KiB blocks by lines took 0.65-0.87x the point-to-point FIFOs' time
-// (Scatter, Gather, AlltoAll), 2.5 KiB the same, 3 KiB 1.06-1.14x as long;
+// (Scatter, Gather, AlltoAll), 2.5 KiB the same, 3 KiB 1.00-1.14x as long;
 // with 3 and 4 ranks on 2 cores 2-3 KiB blocks took 1.17-1.65x as long, as
 // perf/host/small_p2p.sh had found before.
 PLAIT_PARAM_INT(kLineP2pMaxBytes, "P2P_LINE_MAX_BYTES", -1,
                 "AlltoAll, Gather and Scatter whose block per rank is at most this many bytes (3072 at most) go "
                 "through the cache-line FIFOs when every rank is on this host; 0: through the point-to-point "
-                "FIFOs; -1: 2048 at 2 ranks with a core each, else 1024");
+                "FIFOs; negative: 2048 at 2 ranks with a core each, else 1024; rank 0's counts");
 
 PLAIT_PARAM_INT(kCmaMinBytes, "P2P_CMA_MIN_BYTES", 16 << 10,
                 "point-to-point messages from this size up are read in place from the sending process "
@@ -556,10 +556,13 @@ Status checkP2pSettings() {
   return Status::ok();
 }
 
-size_t lineP2pMaxBytes(bool corePerRankPair) {
-  const int64_t v = kLineP2pMaxBytes.get();
-  if (v < 0) return corePerRankPair ? 2048 : 1024;
-  return static_cast<size_t>(std::min<int64_t>(v, kLineMaxMessageBytes));
+int32_t lineP2pSetting() {
+  return static_cast<int32_t>(std::clamp<int64_t>(kLineP2pMaxBytes.get(), -1, INT32_MAX));
+}
+
+size_t lineP2pMaxBytes(int64_t setting, bool corePerRankPair) {
+  if (setting < 0) return corePerRankPair ? 2048 : 1024;
+  return static_cast<size_t>(std::min<int64_t>(setting, kLineMaxMessageBytes));
 }
 
 // AlltoAll, Gather and Scatter with small blocks and every rank on this

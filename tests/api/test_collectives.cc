@@ -198,8 +198,9 @@ TEST_CASE("Data-movement collectives on buffers off 64-byte alignment", "[unalig
 }
 
 // AlltoAll, Gather and Scatter send blocks up to PLAIT_P2P_LINE_MAX_BYTES
-// (1024 by default) through the line FIFOs and larger ones through the
-// point-to-point FIFOs: blocks on both sides of 1024 bytes and of 3072, the
+// (by default 2048 at 2 ranks with a core each, else 1024) through the line
+// FIFOs and larger ones through the point-to-point FIFOs: blocks on both
+// sides of 1024 bytes, of 2048 and of 3072, the
 // most a line message holds (CMakeLists.txt runs this again with the limit
 // at 3072), in and out of place, int8 and float. AllGather blocks and
 // Broadcast buffers up to 3072 bytes (512 at 2 ranks) may run one-shot
@@ -208,10 +209,10 @@ TEST_CASE("Data movement on both sides of the line-FIFO limits", "[lines]") {
   for (SweepSpec s : {spec("ncclAlltoAll", false, {0}), spec("ncclGather", true), spec("ncclScatter", true),
                       spec("ncclAllGather", false), spec("ncclBroadcast", true, {0, 1})}) {
     s.types = {ncclInt8};
-    s.counts = {511, 512, 513, 1023, 1024, 1025, 3071, 3072, 3073};
+    s.counts = {511, 512, 513, 1023, 1024, 1025, 2047, 2048, 2049, 3071, 3072, 3073};
     runSweep(s, checkFor(s.coll), kSmallRanks);
     s.types = {ncclFloat32};
-    s.counts = {255, 256, 257, 767, 768, 769};
+    s.counts = {255, 256, 257, 511, 512, 513, 767, 768, 769};
     runSweep(s, checkFor(s.coll), kSmallRanks);
   }
 }
