@@ -121,7 +121,8 @@ class DirectPath {
   // Reduce, Gather, Scatter and AlltoAll have a threshold of their own: on
   // the FIFO path their ranks need not wait for each other, and the
   // agreement makes every call wait for all (measured 3-4 us more per
-  // unregistered call at 64-256 KiB, 2 ranks; within the noise from 1 MiB).
+  // unregistered call at 64-256 KiB, 2 ranks, on an AMD host; within the
+  // noise from 1 MiB).
   // Broadcast at 2 ranks with a core each goes direct from
   // PLAIT_DIRECT_PAIR_BROADCAST_MIN_BYTES: there one copy by cross-memory
   // attach, waits included, cost less than the FIFOs' two (setBroadcastPair).
