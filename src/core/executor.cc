@@ -343,22 +343,25 @@ Status Communicator::execute(const Task& task) {
   announce(task);
   const size_t blockBytes = task.count * typeSize(task.type);
   const bool directAllowed = task.algos == 0 || (task.algos & kAlgoDirect) != 0;
+  // The direct path for a call of `bytes` (its largest buffer) that reached
+  // its threshold: true once it ran the call. `timer` then tells the path's
+  // chooser when the call is done, whichever path ends up running it.
+  auto ranDirect = [&](size_t bytes, std::optional<ChoiceTimer>& timer) -> Result<bool> {
+    PLAIT_ASSIGN_OR_RETURN(const bool worth, directWorthAgreeing(task));
+    if (!worth) return false;
+    timer.emplace(direct_.get());
+    PLAIT_ASSIGN_OR_RETURN(const bool done, direct_->run(task));
+    if (done) tagged(task, bytes, "direct");
+    return done;
+  };
   if (isPointToPoint(task.coll)) {
     // AlltoAll, Gather and Scatter on registered buffers: zero-copy.
     const bool collective = task.coll != CollType::kSend && task.coll != CollType::kRecv;
     std::optional<ChoiceTimer> timer;
-    bool direct = collective && nranks_ > 1 && task.count > 0 && direct_ && directAllowed &&
-                  blockBytes * nranks_ >= direct_->minBytes(task.coll);
-    if (direct) {
-      PLAIT_ASSIGN_OR_RETURN(direct, directWorthAgreeing(task));
-    }
-    if (direct) {
-      timer.emplace(direct_.get());
-      PLAIT_ASSIGN_OR_RETURN(bool done, direct_->run(task));
-      if (done) {
-        tagged(task, blockBytes * nranks_, "direct");
-        return Status::ok();
-      }
+    if (collective && nranks_ > 1 && task.count > 0 && direct_ && directAllowed &&
+        blockBytes * nranks_ >= direct_->minBytes(task.coll)) {
+      PLAIT_ASSIGN_OR_RETURN(const bool done, ranDirect(blockBytes * nranks_, timer));
+      if (done) return Status::ok();
     }
     if (collective && blockBytes > 0 && blockBytes <= lineP2pMaxBytes_) {
       tagged(task, blockBytes, "lines");
@@ -374,17 +377,9 @@ Status Communicator::execute(const Task& task) {
   const bool blocked = task.coll == CollType::kAllGather || task.coll == CollType::kReduceScatter;
   const size_t bytes = blocked ? blockBytes * nranks_ : blockBytes;
   std::optional<ChoiceTimer> timer;
-  bool direct = direct_ && directAllowed && bytes >= direct_->minBytes(task.coll);
-  if (direct) {
-    PLAIT_ASSIGN_OR_RETURN(direct, directWorthAgreeing(task));
-  }
-  if (direct) {  // registered buffers: zero-copy, or single copies by cross-memory attach
-    timer.emplace(direct_.get());
-    PLAIT_ASSIGN_OR_RETURN(bool done, direct_->run(task));
-    if (done) {
-      tagged(task, bytes, "direct");
-      return Status::ok();
-    }
+  if (direct_ && directAllowed && bytes >= direct_->minBytes(task.coll)) {  // registered buffers: zero-copy, or
+    PLAIT_ASSIGN_OR_RETURN(const bool done, ranDirect(bytes, timer));       // single copies by cross-memory attach
+    if (done) return Status::ok();
   }
   if (reproducibleOrder(task)) return runReproducible(task, bytes);  // a fixed fold (core/reproducible.cc)
   const Plan plan = tuner_->plan(task, bytes);
