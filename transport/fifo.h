@@ -40,7 +40,7 @@
 
 namespace plait {
 
-constexpr int kMaxFifoSteps = 16;
+constexpr int kMaxFifoSteps = 64;
 // Offset of the first step buffer from the start of the FIFO memory: the
 // control block gets a page of its own so step buffers are page aligned.
 constexpr size_t kFifoControlBytes = 4096;

@@ -7,7 +7,13 @@
 //                              a step there and its echo back through a second FIFO;
 //                              noSpin=1 waits as when oversubscribed (yield, then futex)
 //   BM_Memcpy/<bytes>          reference: single-thread memcpy of one step, in cache
-//   BM_FifoStream/<stepBytes>  the sender copies each step in, the receiver copies it out
+//   BM_FifoStream/<stepBytes>/<nSteps>/<ahead>
+//                              the sender copies each step in, the receiver copies it out;
+//                              the sender posts at most `ahead` steps the receiver has not
+//                              released. 8 KiB steps in 8 against 32 buffers shows what a
+//                              buffer reused soon after the receiver read it costs; 32
+//                              buffers with 8 ahead, that the reuse costs, not the run-ahead
+//                              (perf/results/host/fifo_steps.md)
 //
 // Run with --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 // and quote medians. The round-trip benchmarks also time every iteration and
@@ -203,7 +209,8 @@ BENCHMARK(BM_Memcpy)->Arg(64 << 10)->Arg(512 << 10)->UseRealTime();
 // (cycling, like a chunked collective writing its output).
 void BM_FifoStream(benchmark::State& state) {
   const size_t stepBytes = static_cast<size_t>(state.range(0));
-  const int nSteps = 8;
+  const int nSteps = static_cast<int>(state.range(1));
+  const uint64_t ahead = static_cast<uint64_t>(state.range(2));
   auto [cpuA, cpuB] = twoCpus();
   ScopedPin pin(cpuA);
   Fifo fifo({nSteps, stepBytes});
@@ -226,6 +233,8 @@ void BM_FifoStream(benchmark::State& state) {
   std::vector<char> src(stepBytes * nSteps, 'x');
   uint64_t i = 0;
   for (auto _ : state) {
+    while (out.pending() >= ahead) {
+    }
     std::memcpy(out.acquire().value(), src.data() + (i++ % nSteps) * stepBytes, stepBytes);
     out.post(stepBytes);
   }
@@ -234,7 +243,15 @@ void BM_FifoStream(benchmark::State& state) {
   receiver.join();
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(stepBytes));
 }
-BENCHMARK(BM_FifoStream)->Arg(64 << 10)->Arg(512 << 10)->UseRealTime();
+BENCHMARK(BM_FifoStream)
+    ->Args({64 << 10, 8, 8})
+    ->Args({512 << 10, 8, 8})
+    ->Args({8 << 10, 8, 8})
+    ->Args({8 << 10, 32, 32})
+    ->Args({8 << 10, 32, 8})
+    ->Args({16 << 10, 8, 8})
+    ->Args({16 << 10, 32, 32})
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace plait

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <thread>
 #include <type_traits>
@@ -27,14 +28,35 @@ namespace {
 
 PLAIT_PARAM_INT(kInitTimeout, "INIT_TIMEOUT", 300, "seconds communicator creation may wait for all ranks");
 PLAIT_PARAM_INT(kNChannels, "NCHANNELS", 0, "channels per communicator (0: one per spare core, at most 4)");
-PLAIT_PARAM_INT(kRingStepBytes, "SHM_STEP_BYTES", kHostShmDefaults.ringStepBytes,
-                "bytes per shared-memory ring FIFO step");
-PLAIT_PARAM_INT(kRingSteps, "SHM_STEPS", kHostShmDefaults.ringSteps, "steps per shared-memory ring FIFO");
+// Where every rank is on this host with a core of its own, the ring and
+// point-to-point FIFOs get more steps: a step's buffer comes round again
+// only 32 steps after the receiver last read it, and the sender's writes to
+// it no longer wait for the lines to leave the receiver's cache (two
+// threads handing 8 KiB steps through 8 buffers took 1.5x as long as
+// through 32, bench_fifo's BM_FifoStream). At 2 ranks (Intel host,
+// 2026-11-30, perf/results/host/fifo_steps.md) that took 0.57-0.81x the time
+// of 4-16 KiB Broadcast, Reduce, AllGather, Gather, Scatter and AlltoAll
+// and 0.68-0.87x of 1 MiB AllReduce, Broadcast and ReduceScatter; with 4
+// ranks on the 2 cores the results went both ways (0.6-1.5x), so shared
+// cores and several hosts (whose ring shape must match) keep 8 steps.
+PLAIT_PARAM_INT(kRingStepBytes, "SHM_STEP_BYTES", -1,
+                "bytes per shared-memory ring FIFO step (-1: 64 KiB where every rank is on this host with a core "
+                "of its own, else 128 KiB)");
+PLAIT_PARAM_INT(kRingSteps, "SHM_STEPS", -1,
+                "steps per shared-memory ring FIFO (-1: 32 where every rank is on this host with a core of its "
+                "own, else 8)");
 PLAIT_PARAM_INT(kMeshStepBytes, "SHM_MESH_STEP_BYTES", kHostShmDefaults.meshStepBytes,
                 "bytes per step of the all-pairs FIFOs (bounds the one-shot all-reduce)");
 PLAIT_PARAM_INT(kMeshSteps, "SHM_MESH_STEPS", 4, "steps per all-pairs FIFO");
-PLAIT_PARAM_INT(kP2pStepBytes, "SHM_P2P_STEP_BYTES", 64 << 10, "bytes per step of the point-to-point FIFOs");
-PLAIT_PARAM_INT(kP2pSteps, "SHM_P2P_STEPS", 8, "steps per point-to-point FIFO");
+PLAIT_PARAM_INT(kP2pStepBytes, "SHM_P2P_STEP_BYTES", -1,
+                "bytes per step of the point-to-point FIFOs between local ranks (-1: 16 KiB where every rank is on "
+                "this host with a core of its own, else 64 KiB)");
+PLAIT_PARAM_INT(kP2pSteps, "SHM_P2P_STEPS", -1,
+                "steps per point-to-point FIFO between local ranks (-1: 32 where every rank is on this host with a "
+                "core of its own, else 8)");
+PLAIT_PARAM_INT(kNetP2pStepBytes, "NET_P2P_STEP_BYTES", 64 << 10,
+                "bytes per step of the point-to-point connectors to ranks on other hosts");
+PLAIT_PARAM_INT(kNetP2pSteps, "NET_P2P_STEPS", 8, "steps per point-to-point connector to a rank on another host");
 PLAIT_PARAM_INT(kMeshMaxRanks, "SHM_MESH_MAX_RANKS", kHostShmDefaults.meshMaxRanks,
                 "largest number of local ranks connected all to all");
 
@@ -102,8 +124,12 @@ Result<bool> probeCma(Bootstrap& b, const std::vector<int>& localRanks, Deadline
 
 // A FIFO shape from its two tunables, checked on the 64-bit values before
 // any narrowing, so that -64 or 2^61 cannot wrap into a valid-looking size.
-Result<FifoShape> fifoShapeFrom(const config::IntParam& steps, const config::IntParam& bytes) {
-  const int64_t n = steps.get(), b = bytes.get();
+// A value of -1 takes `automatic`'s, where one is given.
+Result<FifoShape> fifoShapeFrom(const config::IntParam& steps, const config::IntParam& bytes,
+                                std::optional<FifoShape> automatic = std::nullopt) {
+  int64_t n = steps.get(), b = bytes.get();
+  if (automatic && n == -1) n = automatic->nSteps;
+  if (automatic && b == -1) b = static_cast<int64_t>(automatic->stepBytes);
   if (n < 1 || n > kMaxFifoSteps)
     return invalidArgument(std::string("PLAIT_") + steps.name() + "=" + std::to_string(n) +
                            " is out of range: steps per FIFO must be in [1, " + std::to_string(kMaxFifoSteps) + "]");
@@ -112,6 +138,18 @@ Result<FifoShape> fifoShapeFrom(const config::IntParam& steps, const config::Int
                            " is out of range: bytes per FIFO step must be a multiple of 64 in [64, " +
                            std::to_string(kMaxFifoStepBytes) + "]");
   return FifoShape{static_cast<int>(n), static_cast<size_t>(b)};
+}
+
+// The FIFO shapes from their tunables; coreEach: every rank is on this host
+// with a core of its own (the same on every rank: from the exchanged masks).
+Status setFifoShapes(ShmTransportOptions& so, bool coreEach) {
+  const FifoShape ring{kHostShmDefaults.ringSteps, static_cast<size_t>(kHostShmDefaults.ringStepBytes)};
+  PLAIT_ASSIGN_OR_RETURN(so.ring, fifoShapeFrom(kRingSteps, kRingStepBytes, coreEach ? FifoShape{32, 64 << 10} : ring));
+  PLAIT_ASSIGN_OR_RETURN(so.mesh, fifoShapeFrom(kMeshSteps, kMeshStepBytes));
+  PLAIT_ASSIGN_OR_RETURN(so.p2p, fifoShapeFrom(kP2pSteps, kP2pStepBytes,
+                                               coreEach ? FifoShape{32, 16 << 10} : FifoShape{8, 64 << 10}));
+  PLAIT_ASSIGN_OR_RETURN(so.netP2p, fifoShapeFrom(kNetP2pSteps, kNetP2pStepBytes));
+  return Status::ok();
 }
 
 int usableCores() {
@@ -287,9 +325,6 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
 
   ShmTransportOptions so;
   so.nChannels = nChannels;
-  PLAIT_ASSIGN_OR_RETURN(so.ring, fifoShapeFrom(kRingSteps, kRingStepBytes));
-  PLAIT_ASSIGN_OR_RETURN(so.mesh, fifoShapeFrom(kMeshSteps, kMeshStepBytes));
-  PLAIT_ASSIGN_OR_RETURN(so.p2p, fifoShapeFrom(kP2pSteps, kP2pStepBytes));
   so.ringPrev = prevs;
   so.ringNext = nexts;
   for (int r = 0; r < nranks_; ++r) {
@@ -297,11 +332,8 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
     so.pids.push_back(bootstrap_->peer(r).pid);
   }
   const bool mesh = static_cast<int64_t>(so.localRanks.size()) <= kMeshMaxRanks.get();
-  if (!mesh) {  // many local ranks: keep the all-pairs memory small
-    so.mesh = FifoShape{2, 4096};
-    so.p2p = FifoShape{4, 16 << 10};
-  }
   so.abortFlag = &abortFlag_;
+  bool coreEach = false;
   {
     std::vector<CpuMask> masks;
     bool remotePeers = false;
@@ -314,9 +346,19 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
     // spinning on a one-CPU mask would starve it.
     so.dedicatedCores = lc.dedicated && (!remotePeers || lc.minCpusPerRank >= 2);
     corePerRankPair_ = nranks_ == 2 && so.localRanks.size() == 2 && lc.cpus > 0 && !lc.oversubscribed;
+    coreEach = !remotePeers && lc.cpus > 0 && !lc.oversubscribed;
     PLAIT_INFO(kInit, "local ranks %zu on %d CPUs: %s%s", so.localRanks.size(), lc.cpus,
                so.oversubscribed ? "oversubscribed" : "not oversubscribed",
                so.dedicatedCores ? ", a core each (waits spin)" : "");
+  }
+  // The device path's rings keep the shape for shared cores (coreEach was
+  // measured on CPU caches only; its point-to-point FIFOs: connectDevice).
+  PLAIT_RETURN_IF_ERROR(setFifoShapes(so, false));
+  const FifoShape deviceRing = so.ring;
+  PLAIT_RETURN_IF_ERROR(setFifoShapes(so, coreEach));
+  if (!mesh) {  // many local ranks: keep the all-pairs memory small
+    so.mesh = FifoShape{2, 4096};
+    so.p2p = FifoShape{4, 16 << 10};
   }
   oversubscribed_ = so.oversubscribed;
   dedicatedCores_ = so.dedicatedCores;
@@ -347,10 +389,12 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
     PLAIT_INFO(kInit, "2 ranks with a core each: Broadcast tries the direct path from %zu bytes, AlltoAll, Gather "
                "and Scatter blocks up to %zu bytes go by line FIFOs", direct_->minBytes(CollType::kBroadcast),
                lineP2pMaxBytes(p2pLineSetting_, true));
-  deviceHostOptions_ = so;
+  ShmTransportOptions deviceOptions = so;
+  deviceOptions.ring = deviceRing;
+  deviceHostOptions_ = deviceOptions;
   deviceHostOptions_.dedicatedCores = false;  // the device path's host threads share the rank's CPUs
   hostOf_ = hostOf;
-  PLAIT_RETURN_IF_ERROR(connectDevice(oob, so, hostOf, deadline));
+  PLAIT_RETURN_IF_ERROR(connectDevice(oob, deviceOptions, hostOf, deadline));
 
   TunerInputs ti;
   ti.nranks = nranks_;

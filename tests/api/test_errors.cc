@@ -162,5 +162,5 @@ TEST_CASE("A device channel count out of range is refused at creation in every b
 }
 
 TEST_CASE("A malformed FIFO tunable is refused at creation, naming it", "[tunables]") {
-  checkRefusedAtCreation("PLAIT_SHM_STEPS", "64", "PLAIT_SHM_STEPS");  // more steps than a FIFO has room for
+  checkRefusedAtCreation("PLAIT_SHM_STEPS", "65", "PLAIT_SHM_STEPS");  // more steps than a FIFO has room for
 }

@@ -1,7 +1,7 @@
 // One rank with other FIFO settings than the rest (issue 11, item 5), end to
 // end through communicator init: two forked ranks on one host, rank 1 with
-// PLAIT_SHM_STEPS=16 and PLAIT_SHM_STEP_BYTES=64K against the default 8 x
-// 128 KiB. On b3b9f8d both initialised and a 64 KiB AllReduce gave 0.0; now
+// PLAIT_SHM_STEPS=16 and PLAIT_SHM_STEP_BYTES=64K against 8 x 128 KiB (set
+// for both: the default depends on the cores the ranks have). On b3b9f8d both initialised and a 64 KiB AllReduce gave 0.0; now
 // both inits fail naming both ranks and their shapes.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,6 +39,8 @@ int initRank(const ncclUniqueId& id, int rank, int out) {
 TEST_CASE("ranks with different FIFO settings fail init naming both", "[fifo][forks]") {
   setenv("PLAIT_TIMEOUT", "10", 1);
   setenv("PLAIT_INIT_TIMEOUT", "20", 1);
+  setenv("PLAIT_SHM_STEPS", "8", 1);
+  setenv("PLAIT_SHM_STEP_BYTES", "128K", 1);
   config::resetAll();
   auto id = createUniqueId();
   REQUIRE(id.isOk());
@@ -70,4 +72,7 @@ TEST_CASE("ranks with different FIFO settings fail init naming both", "[fifo][fo
                             Catch::Contains("where rank " + std::to_string(r) + " uses ring " +
                                             (r == 0 ? "8 x 131072" : "16 x 65536")));
   }
+  unsetenv("PLAIT_SHM_STEPS");
+  unsetenv("PLAIT_SHM_STEP_BYTES");
+  config::resetAll();
 }

@@ -39,7 +39,7 @@ char* mappingOf(pid_t pid) {
 }
 
 // Rank 0's point-to-point FIFO from rank 1, by ShmTransport's layout for two
-// local ranks, one channel and the default shapes.
+// local ranks, one channel and the shapes the test case sets.
 FifoControl* p2pFifoFromRank1(char* base) {
   auto align = [](size_t v) { return (v + 4095) / 4096 * 4096; };
   const size_t ring = align(FifoShape{8, 128 << 10}.totalBytes());
@@ -81,9 +81,12 @@ TEST_CASE("a local peer's forged single-copy descriptor fails the receive naming
   setenv("PLAIT_NCHANNELS", "1", 1);
   setenv("PLAIT_TIMEOUT", "10", 1);
   setenv("PLAIT_INIT_TIMEOUT", "20", 1);
-  for (const char* v : {"PLAIT_SHM_STEPS", "PLAIT_SHM_STEP_BYTES", "PLAIT_SHM_MESH_STEPS", "PLAIT_SHM_MESH_STEP_BYTES",
-                        "PLAIT_SHM_P2P_STEPS", "PLAIT_SHM_P2P_STEP_BYTES", "PLAIT_HOSTID", "NCCL_HOSTID"})
-    unsetenv(v);
+  // The shapes p2pFifoFromRank1 assumes (the defaults depend on the cores the ranks have).
+  const std::pair<const char*, const char*> shapes[] = {
+      {"PLAIT_SHM_STEPS", "8"},      {"PLAIT_SHM_STEP_BYTES", "128K"},    {"PLAIT_SHM_MESH_STEPS", "4"},
+      {"PLAIT_SHM_MESH_STEP_BYTES", "32K"}, {"PLAIT_SHM_P2P_STEPS", "8"}, {"PLAIT_SHM_P2P_STEP_BYTES", "64K"}};
+  for (const auto& [name, value] : shapes) setenv(name, value, 1);
+  for (const char* v : {"PLAIT_HOSTID", "NCCL_HOSTID"}) unsetenv(v);
   config::resetAll();
   auto id = createUniqueId();
   REQUIRE(id.isOk());
@@ -92,6 +95,7 @@ TEST_CASE("a local peer's forged single-copy descriptor fails the receive naming
   const int st0 = r.status0, st1 = r.status1;
   unsetenv("PLAIT_P2P_CMA");
   unsetenv("PLAIT_NCHANNELS");
+  for (const auto& shape : shapes) unsetenv(shape.first);
   config::resetAll();
   INFO("PLAIT_P2P_CMA=" << c.cma << ": rank 0 status " << st0 << ", rank 1 status " << st1 << ": " << text);
   REQUIRE(WIFEXITED(st0));  // b3b9f8d: killed by SIGSEGV

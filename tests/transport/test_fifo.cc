@@ -130,9 +130,9 @@ TEST_CASE("FifoShape sizes and validity", "[fifo]") {
   CHECK(FifoShape{8, 4096}.totalBytes() == 4096 + 8 * 4096);
   CHECK(FifoShape{3, 64}.totalBytes() == 8192);
   CHECK(FifoShape{1, 64}.valid());
-  CHECK(FifoShape{16, 512 << 10}.valid());
+  CHECK(FifoShape{64, 512 << 10}.valid());
   CHECK_FALSE(FifoShape{0, 64}.valid());
-  CHECK_FALSE(FifoShape{17, 64}.valid());
+  CHECK_FALSE(FifoShape{65, 64}.valid());
   CHECK_FALSE(FifoShape{4, 100}.valid());
   CHECK(offsetof(FifoControl, head) == 64);  // tail and head on separate cache lines
 }

@@ -269,7 +269,7 @@ Result<std::unique_ptr<NetTransport>> connectNetworkEdges(OobExchange& oob, ShmT
   NetTransportOptions no;
   no.nChannels = so.nChannels;
   no.ring = so.ring;
-  no.p2p = so.p2p;
+  no.p2p = so.netP2p;
   no.ringPrev = so.ringPrev;
   no.ringNext = so.ringNext;
   no.remote.assign(nranks, false);

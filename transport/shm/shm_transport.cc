@@ -30,16 +30,18 @@ static_assert(std::has_unique_object_representations_v<PeerInfo>);
 
 std::string shapeText(const int64_t (&s)[2]) { return std::to_string(s[0]) + " x " + std::to_string(s[1]); }
 
-// Ring and point-to-point FIFOs must have one shape on every rank (their
-// senders write into the receiver's memory, network proxies relay whole
-// steps); mesh FIFOs only between ranks of one host.
+// Ring FIFOs must have one shape on every rank (their senders write into
+// the receiver's memory, network proxies relay whole steps); mesh and
+// point-to-point FIFOs only between ranks of one host (a remote peer's
+// point-to-point connectors are the network transport's, whose shape it
+// checks itself: ShmTransportOptions::netP2p).
 Status compareShapes(const PeerInfo& mine, int me, const PeerInfo& theirs, int peer, bool local) {
   auto same = [](const int64_t (&a)[2], const int64_t (&b)[2]) { return a[0] == b[0] && a[1] == b[1]; };
-  if (same(mine.ring, theirs.ring) && same(mine.p2p, theirs.p2p) && (!local || same(mine.mesh, theirs.mesh)))
+  if (same(mine.ring, theirs.ring) && (!local || (same(mine.mesh, theirs.mesh) && same(mine.p2p, theirs.p2p))))
     return Status::ok();
   auto text = [local](const PeerInfo& i) {
-    return "ring " + shapeText(i.ring) + (local ? ", mesh " + shapeText(i.mesh) : std::string()) +
-           ", point-to-point " + shapeText(i.p2p);
+    return "ring " + shapeText(i.ring) +
+           (local ? ", mesh " + shapeText(i.mesh) + ", point-to-point " + shapeText(i.p2p) : std::string());
   };
   return invalidUsage("FIFO shapes (steps x bytes) differ: rank " + std::to_string(peer) + " uses " + text(theirs) +
                       " where rank " + std::to_string(me) + " uses " + text(mine) +
@@ -124,9 +126,11 @@ Result<std::unique_ptr<ShmTransport>> ShmTransport::connect(OobExchange& oob, co
     t->reclaimDeadPeers(s);
     return s;
   }
-  PLAIT_INFO(kShm, "shm transport: %d channel(s) of %d x %zu KiB ring steps, mesh to %zu local peers, %zu KiB segment",
+  PLAIT_INFO(kShm,
+             "shm transport: %d channel(s) of %d x %zu KiB ring steps, mesh to %zu local peers, %d x %zu KiB "
+             "point-to-point steps, %zu KiB segment",
              options.nChannels, options.ring.nSteps, options.ring.stepBytes >> 10, options.localRanks.size() - 1,
-             t->segmentBytes() >> 10);
+             options.p2p.nSteps, options.p2p.stepBytes >> 10, t->segmentBytes() >> 10);
   return t;
 }
 

@@ -32,7 +32,11 @@ struct ShmTransportOptions {
   int nChannels = 1;
   FifoShape ring{8, 128 << 10};
   FifoShape mesh{4, 32 << 10};
-  FifoShape p2p{8, 64 << 10};  // point-to-point FIFOs (Send/Recv, AlltoAll, Gather, Scatter)
+  FifoShape p2p{32, 16 << 10};  // point-to-point FIFOs between local ranks (Send/Recv, AlltoAll, Gather, Scatter)
+  // The network transport's point-to-point connectors to remote ranks
+  // (connectNetworkEdges): their steps cross a network, where bigger steps
+  // cost less per byte; checked between the ranks of different hosts.
+  FifoShape netP2p{8, 64 << 10};
   std::vector<int> ringPrev;  // per channel: the rank this rank receives from
   std::vector<int> ringNext;  // per channel: the rank this rank sends to
   std::vector<int> localRanks;  // ranks on this host, ascending (includes ours)
