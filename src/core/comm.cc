@@ -38,13 +38,15 @@ PLAIT_PARAM_INT(kNChannels, "NCHANNELS", 0, "channels per communicator (0: one p
 // of 4-16 KiB Broadcast, Reduce, AllGather, Gather, Scatter and AlltoAll
 // and 0.68-0.87x of 1 MiB AllReduce, Broadcast and ReduceScatter; with 4
 // ranks on the 2 cores the results went both ways (0.6-1.5x), so shared
-// cores and several hosts (whose ring shape must match) keep 8 steps.
+// cores and several hosts (whose ring shape must match) keep 8 steps, and
+// so do rings with more than 8 FIFOs on the host (ranks x channels: the 32
+// steps double a ring FIFO's memory, 1 MiB more each).
 PLAIT_PARAM_INT(kRingStepBytes, "SHM_STEP_BYTES", -1,
                 "bytes per shared-memory ring FIFO step (-1: 64 KiB where every rank is on this host with a core "
-                "of its own, else 128 KiB)");
+                "of its own and the host has at most 8 ring FIFOs, else 128 KiB)");
 PLAIT_PARAM_INT(kRingSteps, "SHM_STEPS", -1,
                 "steps per shared-memory ring FIFO (-1: 32 where every rank is on this host with a core of its "
-                "own, else 8)");
+                "own and the host has at most 8 ring FIFOs, else 8)");
 PLAIT_PARAM_INT(kMeshStepBytes, "SHM_MESH_STEP_BYTES", kHostShmDefaults.meshStepBytes,
                 "bytes per step of the all-pairs FIFOs (bounds the one-shot all-reduce)");
 PLAIT_PARAM_INT(kMeshSteps, "SHM_MESH_STEPS", 4, "steps per all-pairs FIFO");
@@ -141,10 +143,12 @@ Result<FifoShape> fifoShapeFrom(const config::IntParam& steps, const config::Int
 }
 
 // The FIFO shapes from their tunables; coreEach: every rank is on this host
-// with a core of its own (the same on every rank: from the exchanged masks).
-Status setFifoShapes(ShmTransportOptions& so, bool coreEach) {
+// with a core of its own, moreRingSteps: and the ring FIFOs may take 32 steps
+// (the same on every rank: from the exchanged masks).
+Status setFifoShapes(ShmTransportOptions& so, bool coreEach, bool moreRingSteps = false) {
   const FifoShape ring{kHostShmDefaults.ringSteps, static_cast<size_t>(kHostShmDefaults.ringStepBytes)};
-  PLAIT_ASSIGN_OR_RETURN(so.ring, fifoShapeFrom(kRingSteps, kRingStepBytes, coreEach ? FifoShape{32, 64 << 10} : ring));
+  PLAIT_ASSIGN_OR_RETURN(so.ring,
+                         fifoShapeFrom(kRingSteps, kRingStepBytes, moreRingSteps ? FifoShape{32, 64 << 10} : ring));
   PLAIT_ASSIGN_OR_RETURN(so.mesh, fifoShapeFrom(kMeshSteps, kMeshStepBytes));
   PLAIT_ASSIGN_OR_RETURN(so.p2p, fifoShapeFrom(kP2pSteps, kP2pStepBytes,
                                                coreEach ? FifoShape{32, 16 << 10} : FifoShape{8, 64 << 10}));
@@ -351,14 +355,16 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
                so.oversubscribed ? "oversubscribed" : "not oversubscribed",
                so.dedicatedCores ? ", a core each (waits spin)" : "");
   }
-  // The device path's rings keep the shape for shared cores (coreEach was
-  // measured on CPU caches only; its point-to-point FIFOs: connectDevice).
+  // The device path keeps the shapes for shared cores (coreEach was measured
+  // on CPU caches only). The 32 ring steps double a ring FIFO's memory: only
+  // up to 8 ring FIFOs on the host (it was measured with 2).
   PLAIT_RETURN_IF_ERROR(setFifoShapes(so, false));
   const FifoShape deviceRing = so.ring;
-  PLAIT_RETURN_IF_ERROR(setFifoShapes(so, coreEach));
+  FifoShape deviceP2p = so.p2p;
+  PLAIT_RETURN_IF_ERROR(setFifoShapes(so, coreEach, coreEach && so.localRanks.size() * nChannels <= 8));
   if (!mesh) {  // many local ranks: keep the all-pairs memory small
     so.mesh = FifoShape{2, 4096};
-    so.p2p = FifoShape{4, 16 << 10};
+    so.p2p = deviceP2p = FifoShape{4, 16 << 10};
   }
   oversubscribed_ = so.oversubscribed;
   dedicatedCores_ = so.dedicatedCores;
@@ -391,6 +397,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
                lineP2pMaxBytes(p2pLineSetting_, true));
   ShmTransportOptions deviceOptions = so;
   deviceOptions.ring = deviceRing;
+  deviceOptions.p2p = deviceP2p;
   deviceHostOptions_ = deviceOptions;
   deviceHostOptions_.dedicatedCores = false;  // the device path's host threads share the rank's CPUs
   hostOf_ = hostOf;
@@ -403,6 +410,8 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   ti.nChannels = nChannels;
   ti.ringStepBytes = so.ring.stepBytes;
   ti.ringSteps = so.ring.nSteps;
+  ti.deviceRingStepBytes = deviceRing.stepBytes;
+  ti.deviceRingSteps = deviceRing.nSteps;
   ti.meshStepBytes = mesh ? so.mesh.stepBytes : 0;
   ti.lineMaxBytes = mesh ? kLineMaxMessageBytes : 0;
   ti.fullMesh = mesh && ti.nLocalRanks == nranks_;

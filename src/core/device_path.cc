@@ -169,9 +169,8 @@ Status Communicator::connectDevice(OobExchange& oob, const ShmTransportOptions& 
     so.ringNext.push_back(hostOptions.ringNext[c % hostChannels]);
   }
   // The kernels slice every point-to-point FIFO alike (CudaExecutor::
-  // enqueueP2p): the local ones take the network connectors' shape (the
-  // host's between local ranks was chosen for CPU caches).
-  so.p2p = so.netP2p;
+  // enqueueP2p): the network connectors take the local ones' shape.
+  so.netP2p = so.p2p;
   so.remoteRingSend.clear();
   so.remoteRingRecv.clear();
   so.remoteP2pSend.clear();

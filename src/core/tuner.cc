@@ -206,18 +206,19 @@ size_t Tuner::hostSliceShare(CollType coll, size_t bytes, int nChannels) const {
   return std::max<size_t>(1, bytes / (chain ? 1 : in_.nranks) / nChannels);
 }
 
-void Tuner::fillRingSlicing(size_t perRank, size_t bytes, Plan* plan) const {
-  const size_t step = in_.ringStepBytes;
+void Tuner::fillRingSlicing(size_t perRank, size_t bytes, Plan* plan, size_t step, int steps) const {
+  if (step == 0) step = in_.ringStepBytes;
+  if (steps == 0) steps = in_.ringSteps;
   // Slices as large as the step allows: each FIFO step costs a hand-off of
   // cache lines between cores, and measured here (perf/results) small slices
   // lose 3-4x to whole steps from 64 KiB up. Chunks are at most half the FIFO
   // so a rank can run ahead (and the ring cannot deadlock).
   size_t slice = std::clamp<size_t>(perRank, 4096, step);
-  size_t chunk = std::clamp<size_t>(perRank, slice, slice * std::max(1, in_.ringSteps / 2));
+  size_t chunk = std::clamp<size_t>(perRank, slice, slice * std::max(1, steps / 2));
   if (kSliceBytes.get() > 0) slice = std::min<size_t>(kSliceBytes.get(), step);
   if (kChunkBytes.get() > 0) chunk = std::max<size_t>(kChunkBytes.get(), slice);
   // The executor caps chunks at half the FIFO (deadlock freedom); say so here too.
-  chunk = std::min(chunk, slice * std::max(1, in_.ringSteps / 2));
+  chunk = std::min(chunk, slice * std::max(1, steps / 2));
   plan->sliceBytes = slice & ~size_t(63);
   plan->chunkBytes = chunk & ~size_t(63);
   if (plan->sliceBytes == 0) plan->sliceBytes = 64;
@@ -332,7 +333,8 @@ Plan Tuner::devicePlan(const Task& task, size_t bytes, int maxChannels) const {
   const HopCounts hops = ringHops(ringSteps(task.coll, n), n, in_.nHosts > 1 ? in_.nHosts : 0, HopClass::kNvlink);
   plan.predictedUs = ringLatencyUs(Protocol::kSimple, hops) + ringUs(task.coll, bytes, plan.nChannels) -
                      in_.costs.callUs - ringSteps(task.coll, n) * handOffUs(task.coll);
-  fillRingSlicing(std::max<size_t>(1, bytes / n / plan.nChannels), bytes, &plan);
+  fillRingSlicing(std::max<size_t>(1, bytes / n / plan.nChannels), bytes, &plan, in_.deviceRingStepBytes,
+                  in_.deviceRingSteps);
   return plan;
 }
 

@@ -49,6 +49,9 @@ struct TunerInputs {
   int nChannels = 1;           // channels the communicator has connected
   size_t ringStepBytes = 0;    // FIFO step size of ring connectors
   int ringSteps = 8;
+  // The device path's ring connectors (devicePlan's slicing; 0: as the host's).
+  size_t deviceRingStepBytes = 0;
+  int deviceRingSteps = 0;
   size_t meshStepBytes = 0;    // FIFO step size of mesh connectors (0: no mesh)
   size_t lineMaxBytes = 0;     // largest message of the mesh's line FIFOs
   bool fullMesh = false;       // every peer reachable through a mesh connector
@@ -91,7 +94,8 @@ class Tuner {
   double ringUs(CollType coll, size_t bytes, int nChannels) const;
   size_t hostSliceShare(CollType coll, size_t bytes, int nChannels) const;
   // Slice and chunk sizes from a rank's share of a channel (`perRank`).
-  void fillRingSlicing(size_t perRank, size_t bytes, Plan* plan) const;
+  // step, steps: the ring FIFOs' shape (the host's unless given).
+  void fillRingSlicing(size_t perRank, size_t bytes, Plan* plan, size_t step = 0, int steps = 0) const;
   // `channels` within the task's bounds and [1, most].
   static int boundedChannels(const Task& task, int channels, int most);
 

@@ -91,3 +91,31 @@ TEST_CASE("tuner: a call's selection and channel bounds", "[alg-selection][tuner
   CHECK(tuner.plan(t, big).nChannels == 4);  // never more than are connected
   CHECK(tuner.devicePlan(t, small, 16).nChannels == 9);
 }
+
+// The host's rings of ranks with a core each take 32 steps of 64 KiB while
+// the device path's keep 8 of 128 KiB: each plan slices by its own FIFOs
+// (device kernels with 64 KiB slices would leave half of every step unused).
+TEST_CASE("tuner: host and device plans slice by their own ring FIFOs", "[tuner]") {
+  TunerInputs in;
+  in.nranks = 2;
+  in.nLocalRanks = 2;
+  in.nChannels = 1;
+  in.ringStepBytes = 64 << 10;
+  in.ringSteps = 32;
+  in.deviceRingStepBytes = 128 << 10;
+  in.deviceRingSteps = 8;
+  Tuner tuner(in);
+  Task t;
+  t.coll = CollType::kAllGather;
+  const size_t big = size_t(64) << 20;
+  const Plan host = tuner.ringPlan(t, big), device = tuner.devicePlan(t, big, 1);
+  CHECK(host.sliceBytes == (64 << 10));
+  CHECK(host.chunkBytes == 16 * (64 << 10));
+  CHECK(device.sliceBytes == (128 << 10));
+  CHECK(device.chunkBytes == 4 * (128 << 10));
+  in.deviceRingStepBytes = 0;  // not given: as the host's
+  in.deviceRingSteps = 0;
+  const Plan same = Tuner(in).devicePlan(t, big, 1);
+  CHECK(same.sliceBytes == (64 << 10));
+  CHECK(same.chunkBytes == 16 * (64 << 10));
+}

@@ -183,7 +183,7 @@ Status NetTransport::exchangeAndConnect(OobExchange& oob, const NetTransportOpti
     std::memcpy(&theirs, &all[slotBytes * r], sizeof theirs);
     if (o.remote[r] && !(theirs == shapes))
       s = invalidUsage("rank " + std::to_string(r) + " uses other FIFO shapes (PLAIT_SHM_STEPS, PLAIT_SHM_STEP_BYTES, "
-                       "PLAIT_SHM_P2P_*): every rank must set them alike");
+                       "PLAIT_NET_P2P_*, and PLAIT_SHM_P2P_* for device buffers): every rank must set them alike");
   }
   if (!s.isOk()) {
     closeListens();
