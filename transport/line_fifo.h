@@ -27,10 +27,14 @@
 
 namespace plait {
 
-constexpr int kLineSlots = 128;
+// 512 lines (32 KiB): with 128, 4 ranks on 2 cores took 1.1-1.6x as long for
+// 512 B-2 KiB AllReduce, AllGather, Broadcast, Reduce, Gather and AlltoAll,
+// 2 ranks the same (perf/results/host/fifo_steps.md).
+constexpr int kLineSlots = 512;
 constexpr size_t kLinePayloadBytes = 48;
-// The largest message: half the lines, so a sender can run one message ahead.
-constexpr size_t kLineMaxMessageBytes = kLinePayloadBytes * (kLineSlots / 2);
+// The largest message: 64 lines, so a sender can run 8 such messages ahead.
+constexpr size_t kLineMaxMessageBytes = kLinePayloadBytes * 64;
+static_assert(kLineMaxMessageBytes * 2 <= kLinePayloadBytes * kLineSlots);
 
 struct alignas(64) LineCell {
   unsigned char payload[kLinePayloadBytes];

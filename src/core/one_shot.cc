@@ -6,10 +6,10 @@
 // The tuner chooses them (core/tuner.cc) where its costs say they win.
 //
 // Every rank posts all its sends (one message per peer per call) before its
-// first receive, and a line FIFO holds two messages of at most
-// kLineMaxMessageBytes. A send waits only for a peer two calls behind (a
-// Broadcast root or a Reduce non-root, which never receive, can run ahead
-// until then), never for one waiting for this rank, so the calls cannot
+// first receive, and a line FIFO holds kLineSlots / 64 (8) messages of at
+// most kLineMaxMessageBytes. A send waits only for a peer that many calls
+// behind (a Broadcast root or a Reduce non-root, which never receive, can run
+// ahead until then), never for one waiting for this rank, so the calls cannot
 // deadlock (as in runLineP2p). Reductions fold the n inputs in rank order,
 // so every rank and every path that folds in rank order gets the same bits.
 #include <cstring>
