@@ -27,12 +27,15 @@
 
 namespace plait {
 
-// 512 lines (32 KiB): with 128, 4 ranks on 2 cores took 1.1-1.6x as long for
-// 512 B-2 KiB AllReduce, AllGather, Broadcast, Reduce, Gather and AlltoAll,
-// 2 ranks the same (perf/results/host/fifo_steps.md).
+// 512 lines (32 KiB): with 128, 4 ranks on 2 cores took 1.04-1.64x as long
+// for 1-2 KiB AllReduce, AllGather, Broadcast, Reduce, Gather and AlltoAll
+// (256-512 B 0.88-1.30x); 2 ranks 0.94-1.19x
+// (perf/results/host/fifo_steps.md).
 constexpr int kLineSlots = 512;
 constexpr size_t kLinePayloadBytes = 48;
-// The largest message: 64 lines, so a sender can run 8 such messages ahead.
+// The largest message: 64 lines, so a sender can run kLineSlots / 64 (8)
+// such messages ahead (at least 2, which the deadlock-freedom arguments of
+// core/one_shot.cc and core/p2p.cc need).
 constexpr size_t kLineMaxMessageBytes = kLinePayloadBytes * 64;
 static_assert(kLineMaxMessageBytes * 2 <= kLinePayloadBytes * kLineSlots);
 

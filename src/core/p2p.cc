@@ -570,7 +570,8 @@ size_t lineP2pMaxBytes(int64_t setting, bool corePerRankPair) {
 // (transport/line_fifo.h), whose first byte costs one cache-line hand-off
 // where a point-to-point FIFO step costs two or three, and no batch is
 // built. A rank posts all its sends before its first receive, as the
-// one-shot AllReduce does, and a FIFO holds two messages, so a send never
+// one-shot AllReduce does, and a FIFO holds at least two messages
+// (transport/line_fifo.h), so a send never
 // waits for a peer that is waiting for this rank: its messages of earlier
 // operations were consumed before that peer could send its own (a group's
 // batch may have posted more ahead of them: the send then waits, bounded by

@@ -115,9 +115,10 @@ Result<std::unique_ptr<ShmTransport>> ShmTransport::connect(OobExchange& oob, co
   // run's first calls do not pay a page fault on each new FIFO slot in both
   // processes (2-rank 1 KiB AllGather, no warm-up: the first 10 calls
   // averaged 3.4-5.5 us instead of 8.8-13.4; steady 1 us). As NCCL's
-  // shared-memory segments. 2.3 MiB per rank at 2 local ranks sharing
-  // cores (3.3 with a core each: 32 ring steps), 6.2 at 8, 11.3 at 16; past options.reserveBudgetBytes in all (about 20 local
-  // ranks), pages come on first use as before.
+  // shared-memory segments. 2.4 MiB per rank at 2 local ranks sharing
+  // cores (3.4 with a core each: 32 ring steps), 6.6 at 8, 12.3 at 16; past
+  // options.reserveBudgetBytes in all (about 30-38 local ranks), pages come
+  // on first use as before.
   t->reserved_ = t->segmentBytes() * options.localRanks.size() <= options.reserveBudgetBytes;
   auto seg = SharedSegment::create(t->segmentBytes(), SharedSegment::CreateOptions{.prefault = t->reserved_});
   if (!seg.isOk()) return seg.takeStatus();

@@ -52,7 +52,7 @@ struct ShmTransportOptions {
   // size each), they are allocated when created and mapped at once, in the
   // creator whole and in each sender the parts it writes; beyond it pages
   // come on first use, so a job that never uses its mesh or point-to-point
-  // FIFOs does not hold them (at 64 local ranks the segments total 2.6 GiB).
+  // FIFOs does not hold them (at 64 local ranks the segments total 672 MiB).
   size_t reserveBudgetBytes = size_t(256) << 20;
   // Connectors to ranks on other hosts (a network transport's, not owned),
   // handed out where a ring neighbour or a point-to-point peer is not local:
