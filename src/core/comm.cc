@@ -32,11 +32,12 @@ PLAIT_PARAM_INT(kNChannels, "NCHANNELS", 0, "channels per communicator (0: one p
 // point-to-point FIFOs get more steps: a step's buffer comes round again
 // only 32 steps after the receiver last read it, and the sender's writes to
 // it no longer wait for the lines to leave the receiver's cache (two
-// threads handing 8 KiB steps through 8 buffers took 1.5x as long as
+// threads handing 8 KiB steps through 8 buffers took 1.7x as long as
 // through 32, bench_fifo's BM_FifoStream). At 2 ranks (Intel host,
-// 2026-11-30, perf/results/host/fifo_steps.md) that took 0.57-0.81x the time
-// of 4-16 KiB Broadcast, Reduce, AllGather, Gather, Scatter and AlltoAll
-// and 0.68-0.87x of 1 MiB AllReduce, Broadcast and ReduceScatter; with 4
+// 2026-11-30, perf/results/host/fifo_steps.md) that took 0.62-0.89x the time
+// of 4-16 KiB AllGather, ReduceScatter, Broadcast, Reduce, Gather and
+// Scatter and 0.63-0.87x of 256 KiB ReduceScatter and Reduce and 1 MiB
+// AllReduce and Broadcast, other cells 0.90-1.14x; with 4
 // ranks on the 2 cores the results went both ways (0.6-1.5x), so shared
 // cores and several hosts (whose ring shape must match) keep 8 steps, and
 // so do rings with more than 8 FIFOs on the host (ranks x channels: the 32
