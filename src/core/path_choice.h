@@ -24,7 +24,11 @@
 // path runs one call, so a path that got slow is left within three calls and
 // a path that recovered is found again within that interval. Classes with no
 // estimate yet start with the static rule's choice and then try the other,
-// two calls each: a path's first call of a class is not counted.
+// three calls each: a path's first call of a class is not counted, and its
+// estimate starts as the cheaper of the next two (a 1 MiB Gather's second
+// call by cross-memory attach took 42 us where later ones took 18, still
+// touching its buffers' pages for the first time, and a single such figure
+// kept the slower path for the whole 100 ms).
 //
 // Only one rank's choice counts (rank 0's, the root's for rooted
 // collectives: the rank whose call spans the whole operation); it travels in
@@ -85,7 +89,7 @@ class PathChooser {
     // path looks slow only once it was slow kRecent calls in a row. Ranks
     // that share cores see single calls take many times their usual time
     // (the rank or a peer was descheduled); the windows last seconds.
-    if (e.valid && now - e.at < exploreNs_) {
+    if (e.count > 0 && (!e.valid || now - e.at < exploreNs_)) {
       e.recent[e.next] = sample;
       e.next = (e.next + 1) % kRecent;
       e.count = std::min(e.count + 1, kRecent);
@@ -95,7 +99,7 @@ class PathChooser {
       e.count = 1;
     }
     e.nsPerByte = *std::min_element(e.recent, e.recent + e.count);
-    e.valid = true;
+    e.valid = e.valid || e.count >= kFirstCalls;
     e.at = now;
   }
 
@@ -107,7 +111,8 @@ class PathChooser {
   }
 
  private:
-  static constexpr int kRecent = 3;  // calls in a row an estimate keeps
+  static constexpr int kRecent = 3;      // calls in a row an estimate keeps
+  static constexpr int kFirstCalls = 2;  // counted calls before a path's first estimate
   struct Estimate {
     double nsPerByte = 0;
     double recent[kRecent] = {};  // the last calls' ns per byte, `count` of them, the next to go at `next`
@@ -115,7 +120,7 @@ class PathChooser {
     int next = 0;
     uint64_t at = 0;
     bool warm = false;   // its first call was seen
-    bool valid = false;  // and a later one
+    bool valid = false;  // and kFirstCalls later ones
   };
   struct Class {
     Estimate path[2];  // [0] the FIFOs, [1] cross-memory attach
