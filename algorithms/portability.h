@@ -36,6 +36,7 @@ namespace mo {
 constexpr auto relaxed = cuda::std::memory_order_relaxed;
 constexpr auto acquire = cuda::std::memory_order_acquire;
 constexpr auto release = cuda::std::memory_order_release;
+constexpr auto acqRel = cuda::std::memory_order_acq_rel;
 constexpr auto seqCst = cuda::std::memory_order_seq_cst;
 }  // namespace mo
 #else
@@ -45,6 +46,7 @@ namespace mo {
 constexpr auto relaxed = std::memory_order_relaxed;
 constexpr auto acquire = std::memory_order_acquire;
 constexpr auto release = std::memory_order_release;
+constexpr auto acqRel = std::memory_order_acq_rel;
 constexpr auto seqCst = std::memory_order_seq_cst;
 }  // namespace mo
 #endif

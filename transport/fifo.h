@@ -58,6 +58,12 @@ struct alignas(64) FifoControl {
   alignas(64) uint32_t senderAborted;              // non-zero: the sender aborted; receiver waits fail
   uint32_t receiverAborted;                        // non-zero: the receiver aborted; sender waits fail
   alignas(64) uint64_t stepBytes[kMaxFifoSteps];   // bytes in each posted step, written before tail
+  // A word per step for an answer from the receiver (core/p2p.cc: where a
+  // single-copy write goes): the sender zeroes it before posting the step,
+  // then the first compare-and-swap from zero, the receiver's answer or the
+  // sender's withdrawal, wins. The step's buffer is not reused before the
+  // receiver releases it, so a word always belongs to one step.
+  alignas(64) uint64_t reply[kMaxFifoSteps];
 };
 static_assert(sizeof(FifoControl) <= kFifoControlBytes);
 
@@ -69,10 +75,13 @@ constexpr size_t kMaxFifoStepBytes = size_t(1) << 30;
 // above them. Only core/p2p.cc sets flags: kStepLast ends a message, and
 // kStepRendezvous marks a single-copy descriptor, which only a local peer
 // whose connection agreed on cross-memory attach may send (never over a
-// network: the proxy refuses any word with it).
+// network: the proxy refuses any word with it). kStepPut marks the two steps
+// of a single-copy write, the sender's request and its report that the data
+// is in (the same rules: local peers only).
 constexpr uint64_t kStepPayloadMask = (uint64_t(1) << 48) - 1;
 constexpr uint64_t kStepLast = uint64_t(1) << 63;
 constexpr uint64_t kStepRendezvous = uint64_t(1) << 62;
+constexpr uint64_t kStepPut = uint64_t(1) << 61;
 
 // The shape both ends agree on (exchanged at connection time).
 struct FifoShape {
@@ -180,6 +189,22 @@ class FifoSender {
   bool aborted() const { return AtomicRef<uint32_t>(ctrl_->senderAborted).load(mo::acquire) != 0; }
   bool peerAborted() const { return AtomicRef<uint32_t>(ctrl_->receiverAborted).load(mo::acquire) != 0; }
 
+  // The next step's reply word (FifoControl::reply), zeroed before post().
+  void clearReply() { AtomicRef<uint64_t>(ctrl_->reply[slot_]).store(0, mo::relaxed); }
+  // The reply word of posted step `step` (not yet released): 0 while unanswered.
+  uint64_t replyOf(uint64_t step) const {
+    return AtomicRef<uint64_t>(ctrl_->reply[step % static_cast<uint64_t>(shape_.nSteps)]).load(mo::acquire);
+  }
+  // Puts `value` in posted step `step`'s reply word if it is still 0: true
+  // then; else false with the receiver's answer in *answer.
+  bool replaceReply(uint64_t step, uint64_t value, uint64_t* answer) {
+    uint64_t expected = 0;
+    const bool won = AtomicRef<uint64_t>(ctrl_->reply[step % static_cast<uint64_t>(shape_.nSteps)])
+                         .compare_exchange_strong(expected, value, mo::acqRel, mo::acquire);
+    *answer = expected;
+    return won;
+  }
+
   // Steps posted so far (the next step's number).
   uint64_t stepIndex() const { return tail_; }
   // Buffer index of the next step, in [0, nSteps).
@@ -270,6 +295,15 @@ class FifoReceiver {
     AtomicRef<uint64_t>(ctrl_->head).store(++head_, mo::release);
     slot_ = slot_ + 1 == shape_.nSteps ? 0 : slot_ + 1;
     wake(detail::futexWordOf(&ctrl_->head), &ctrl_->sendSleepers);
+  }
+
+  // Puts `value` in the acquired step's reply word if the sender has not
+  // put something there first (FifoSender::replaceReply), and returns
+  // whether it did; the step is not released.
+  bool answer(uint64_t value) {
+    uint64_t expected = 0;
+    return AtomicRef<uint64_t>(ctrl_->reply[slot_]).compare_exchange_strong(expected, value, mo::acqRel,
+                                                                             mo::acquire);
   }
 
   // Gives up, like FifoSender::abort(): every later wait on either end fails.

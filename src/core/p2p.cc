@@ -25,12 +25,15 @@
 #include "base/config.h"
 #include "base/wait.h"
 #include "core/comm.h"
+#include "plait/clock.hpp"
 
 namespace plait {
 namespace {
 
 constexpr uint64_t kLastStep = kStepLast;          // in a step's size: the message ends here
 constexpr uint64_t kRendezvous = kStepRendezvous;  // the step holds a RendezvousDescriptor
+constexpr uint64_t kPut = kStepPut;                // a single-copy write: its request, then its report
+constexpr uint64_t kPutWithdrawn = 1;              // a write request's reply word: the sender withdrew it
 constexpr size_t kCmaChunk = size_t(4) << 20;        // bytes read per pass, so other peers progress too
 
 // -1: 2048 at 2 ranks with a core each, else 1024. At 2 ranks (Intel host,
@@ -53,8 +56,27 @@ PLAIT_PARAM_INT(kScatterCmaMinBytes, "P2P_SCATTER_CMA_MIN_BYTES", 128 << 10,
                 "cores) up to P2P_SCATTER_CMA_MAX_BYTES are read in place from the root (single copy, every "
                 "other rank reading its own block at once)");
 PLAIT_PARAM_INT(kScatterCmaMaxBytes, "P2P_SCATTER_CMA_MAX_BYTES", 512 << 10,
-                "the largest Scatter block read in place from the root; larger and smaller blocks, and every "
-                "Gather, go through the FIFOs (0: Scatter always through the FIFOs)");
+                "the largest Scatter block read in place from the root; larger and smaller blocks go through the "
+                "FIFOs (0: Scatter always through the FIFOs)");
+// Gather's blocks written into the root's buffer by their ranks (the
+// FIFOs' copies moved to the senders' cores: the root copies only its own
+// block meanwhile). Intel host, 2026-11-30, unregistered heap buffers, 5
+// interleaved rounds, time against the FIFOs (perf/results/host/gather_put.md):
+// 2 ranks, 64-256 KiB blocks 0.46-0.56x; 4 ranks on 2 cores, 64-256 KiB
+// 0.58-0.83x; 16-32 KiB blocks lost (1.2-2x). Larger blocks gained nothing
+// beside the direct path (from a 1 MiB Gather) and lost with 4 ranks (1.2-1.4x
+// at 512 KiB), and through the FIFOs alone 2 MiB blocks lost at 2 ranks
+// (1.07-1.13x).
+PLAIT_PARAM_INT(kGatherPutMinBytes, "P2P_GATHER_PUT_MIN_BYTES", 64 << 10,
+                "Gather's blocks from this size (and P2P_CMA_MIN_BYTES) up to P2P_GATHER_PUT_MAX_BYTES are "
+                "written into the root's buffer by their ranks (single copy, every rank on this host, "
+                "cross-memory attach permitted)");
+PLAIT_PARAM_INT(kGatherPutMaxBytes, "P2P_GATHER_PUT_MAX_BYTES", 256 << 10,
+                "the largest Gather block written into the root's buffer; larger and smaller blocks go through "
+                "the FIFOs (0: Gather always through the FIFOs)");
+PLAIT_PARAM_INT(kGatherPutWaitUs, "P2P_GATHER_PUT_WAIT_US", 50,
+                "how long a Gather block's sender waits for the root to answer its write request before it "
+                "withdraws it and sends the block through the FIFOs (microseconds)");
 
 // Large messages between local processes: the sender posts where the data
 // is, the receiver copies it straight into its buffer (process_vm_readv)
@@ -63,6 +85,23 @@ PLAIT_PARAM_INT(kScatterCmaMaxBytes, "P2P_SCATTER_CMA_MAX_BYTES", 512 << 10,
 // attach was agreed at connection time, and reads from the pid the bootstrap
 // gave for that rank (the descriptor's pid must match it): a peer can make
 // this process read only that peer's own memory.
+//
+// A write (Gather's blocks, runP2p) turns it round, so that the sender's core
+// copies while the receiver does other work: the sender posts a request
+// (the descriptor with kPut, address 0), the receiver checks it like a read's,
+// puts its buffer's address in the step's reply word (FifoControl::reply) and
+// releases the step; the sender writes there (process_vm_writev, into the pid
+// the bootstrap gave for that rank: a peer can make this process write only
+// into that peer's own memory) and posts a report step (kPut, 8 bytes: 0 or
+// the errno), after which the receiver has the message. The sender posts
+// nothing else to that peer in between, so the report is the step after the
+// request. A sender never waits on the receiver longer than the FIFOs made
+// it: unanswered after P2P_GATHER_PUT_WAIT_US it withdraws the request (its
+// mark in the reply word; the first mark there wins) and sends the message
+// through the steps after it, which the receiver then takes as usual, so a
+// peer busy elsewhere (a collective its group runs before its receives) gets
+// the message as before. Hence writes only for messages that fit in the
+// FIFO beside the request's step, or did not fit without it either.
 struct RendezvousDescriptor {
   uint64_t bytes;
   uint64_t addr;
@@ -76,9 +115,10 @@ struct Message {
   char* dst = nullptr;        // receives
   size_t bytes = 0;
   size_t done = 0;
-  bool single = false;  // receives: a checked single-copy descriptor is being read
-  bool mayRendezvous = true;  // sends: may go single-copy (not Gather's, nor Scatter's large blocks: runP2p)
+  bool single = false;  // receives: a checked single-copy descriptor is being read; sends: a write requested
+  bool mayRendezvous = true;  // sends: may go single-copy (Gather's and Scatter's in their size windows: runP2p)
   bool staged = false;        // sends: src is a copy (stageOverlappingSends)
+  bool put = false;           // sends: single copy by writing; receives: the sender is writing it
 };
 
 // Per peer, the sends and the receives in call order, and how far each got;
@@ -89,19 +129,24 @@ struct PeerQueues {
   std::vector<Message> sends, recvs;
   size_t nextSend = 0, nextRecv = 0;
   uint64_t ackStep = 0;  // the peer must release this many steps before our rendezvous buffers are free
+  uint64_t putStep = 0;      // the front send's write request is step putStep - 1, not yet answered
+  uint64_t putAddr = 0;      // where the front send's write goes (the peer's answer)
+  uint64_t putGiveUpNs = 0;  // when the request is withdrawn if still unanswered
   std::vector<Message> lineSends, lineRecvs;
   size_t nextLineSend = 0, nextLineRecv = 0;
   bool linesPending() const { return nextLineSend < lineSends.size() || nextLineRecv < lineRecvs.size(); }
   bool pending() const {
     return nextSend < sends.size() || nextRecv < recvs.size() || ackStep != 0 || linesPending();
   }
+  // Whether the front send's write request is still unanswered.
+  bool putWaits(const FifoSender& f) const { return putStep != 0 && f.replyOf(putStep - 1) == 0; }
   void reset() {
     sends.clear();
     recvs.clear();
     lineSends.clear();
     lineRecvs.clear();
     nextSend = nextRecv = nextLineSend = nextLineRecv = 0;
-    ackStep = 0;
+    ackStep = putStep = 0;
   }
 };
 
@@ -126,7 +171,7 @@ class P2pBatch {
  public:
   // cma: local peers may read this process's memory (large messages go by rendezvous).
   // pids: every rank's process id as the bootstrap reported it at connection time.
-  P2pBatch(ShmTransport& shm, int rank, int nranks, bool cma, const std::vector<int>& pids)
+  P2pBatch(ShmTransport& shm, int rank, int nranks, bool cma, const std::vector<int>& pids, uint64_t putWaitNs)
       : shm_(shm),
         rank_(rank),
         nranks_(nranks),
@@ -135,7 +180,8 @@ class P2pBatch {
         peers_(storage_.queues),
         pids_(pids),
         cma_(cma),
-        cmaMin_(cma ? static_cast<size_t>(kCmaMinBytes.get()) : 0) {
+        cmaMin_(cma ? static_cast<size_t>(kCmaMinBytes.get()) : 0),
+        putWaitNs_(putWaitNs) {
     storage_.busy = true;
     if (peers_.size() < static_cast<size_t>(nranks)) peers_.resize(nranks);
     for (int p = 0; p < nranks; ++p) peers_[p].reset();
@@ -143,9 +189,10 @@ class P2pBatch {
   P2pBatch(const P2pBatch&) = delete;
   P2pBatch& operator=(const P2pBatch&) = delete;
 
-  void send(int peer, const void* src, size_t bytes, bool mayRendezvous = true) {
+  // put: a single copy goes by the sender's write (a read when false).
+  void send(int peer, const void* src, size_t bytes, bool mayRendezvous = true, bool put = false) {
     peers_[peer].sends.push_back(
-        Message{peer, static_cast<const char*>(src), nullptr, bytes, 0, false, mayRendezvous});
+        Message{peer, static_cast<const char*>(src), nullptr, bytes, 0, false, mayRendezvous, false, put});
   }
   void recv(int peer, void* dst, size_t bytes) {
     peers_[peer].recvs.push_back(Message{peer, nullptr, static_cast<char*>(dst), bytes, 0, false});
@@ -166,7 +213,8 @@ class P2pBatch {
   ~P2pBatch();
 
  private:
-  Status copySelf();
+  Status checkSelf() const;
+  void copySelf();
   void stageOverlappingSends();
   Status checkPeers() const;
   // Moves as many steps as the FIFOs allow; sets *moved if any moved.
@@ -176,8 +224,18 @@ class P2pBatch {
   bool anyReady();
   bool acked(int peer);
   bool rendezvous(int peer, size_t bytes) const { return cmaMin_ > 0 && bytes >= cmaMin_ && shm_.isLocal(peer); }
-  Status checkRendezvous(int peer, uint64_t word, const Message& m, const RendezvousDescriptor& d) const;
+  Status checkRendezvous(int peer, uint64_t word, uint64_t flag, const Message& m,
+                         const RendezvousDescriptor& d) const;
   Status readRendezvous(int peer, Message& m, const char* slot, uint64_t word, bool* complete);
+  Status pumpPut(FifoSender* fifo, PeerQueues& q, Message& m, bool* moved);
+  // Whether a send may go by a write: the pid to write into is known, and if
+  // the request is withdrawn the message fits beside it as it did without it.
+  bool mayPut(const FifoSender& fifo, const Message& m) const {
+    const size_t step = fifo.shape().stepBytes, holds = step * static_cast<size_t>(fifo.shape().nSteps);
+    return pids_[m.peer] > 0 && (m.bytes + step <= holds || m.bytes > holds);
+  }
+  Status receivePut(int peer, FifoReceiver* fifo, Message& m, const char* slot, uint64_t word);
+  Status answerPuts();
   bool finished();
   std::string pendingText() const;
 
@@ -191,6 +249,7 @@ class P2pBatch {
   const std::vector<int>& pids_;  // per rank, fixed at connection time
   bool cma_;       // cross-memory attach agreed between the local ranks
   size_t cmaMin_;  // 0: no rendezvous
+  uint64_t putWaitNs_;  // how long a write request waits for its answer
   bool posted_ = false;
 };
 
@@ -236,20 +295,24 @@ P2pBatch::~P2pBatch() {
   if (shared_) storage_.busy = false;
 }
 
-Status P2pBatch::copySelf() {
-  PeerQueues& q = peers_[rank_];
+Status P2pBatch::checkSelf() const {
+  const PeerQueues& q = peers_[rank_];
   if (q.sends.size() != q.recvs.size())
     return invalidUsage("rank " + std::to_string(rank_) + " posted " + std::to_string(q.sends.size()) +
                         " send(s) to itself but " + std::to_string(q.recvs.size()) + " receive(s) from itself");
-  for (size_t i = 0; i < q.sends.size(); ++i) {
+  for (size_t i = 0; i < q.sends.size(); ++i)
     if (q.sends[i].bytes != q.recvs[i].bytes)
       return invalidUsage("send to self of " + std::to_string(q.sends[i].bytes) + " bytes paired with a receive of " +
                           std::to_string(q.recvs[i].bytes) + " bytes");
+  return Status::ok();
+}
+
+void P2pBatch::copySelf() {
+  PeerQueues& q = peers_[rank_];
+  for (size_t i = 0; i < q.sends.size(); ++i)
     if (q.sends[i].bytes && q.sends[i].src != q.recvs[i].dst)
       std::memmove(q.recvs[i].dst, q.sends[i].src, q.sends[i].bytes);
-  }
   q.nextSend = q.nextRecv = q.sends.size();
-  return Status::ok();
 }
 
 Status P2pBatch::checkPeers() const {
@@ -270,16 +333,29 @@ Status P2pBatch::pumpSends(PeerQueues& q, bool* moved) {
   const size_t step = fifo->shape().stepBytes;
   while (q.nextSend < q.sends.size()) {
     Message& m = q.sends[q.nextSend];
+    if (m.single) {  // a write requested
+      PLAIT_RETURN_IF_ERROR(pumpPut(fifo, q, m, moved));
+      if (m.single) return Status::ok();
+      continue;
+    }
     char* slot = fifo->tryAcquire();
     if (slot == nullptr) {
       if (fifo->peerAborted()) return peerAbortedError(*fifo->waitContext());
       return Status::ok();
     }
     *moved = true;
-    if (m.done == 0 && m.mayRendezvous && rendezvous(m.peer, m.bytes)) {
+    if (m.done == 0 && m.mayRendezvous && rendezvous(m.peer, m.bytes) && (!m.put || mayPut(*fifo, m))) {
       const int32_t self = static_cast<int32_t>(getpid());  // not cached: forked ranks
-      const RendezvousDescriptor d{m.bytes, reinterpret_cast<uint64_t>(m.src), self, 0};
+      const RendezvousDescriptor d{m.bytes, m.put ? 0 : reinterpret_cast<uint64_t>(m.src), self, 0};
       std::memcpy(slot, &d, sizeof(d));
+      if (m.put) {
+        fifo->clearReply();
+        fifo->post(sizeof(d) | kLastStep | kPut);
+        q.putStep = fifo->stepIndex();
+        q.putGiveUpNs = nowNs() + putWaitNs_;
+        m.single = true;
+        continue;
+      }
       fifo->post(sizeof(d) | kLastStep | kRendezvous);
       m.done = m.bytes;
       q.ackStep = fifo->stepIndex();
@@ -306,6 +382,13 @@ Status P2pBatch::pumpRecvs(PeerQueues& q, bool* moved) {
     if (slot == nullptr) {
       if (fifo->peerAborted()) return peerAbortedError(*fifo->waitContext());
       return Status::ok();
+    }
+    if (m.put || (got & kPut)) {
+      PLAIT_RETURN_IF_ERROR(receivePut(peer, fifo, m, slot, got));
+      *moved = true;
+      if (m.put) return Status::ok();       // the request answered: the report comes later
+      if (m.done == m.bytes) ++q.nextRecv;  // the report came; else the request was withdrawn
+      continue;
     }
     if (got & kRendezvous) {
       bool complete = false;
@@ -356,14 +439,15 @@ Status P2pBatch::pumpLines(int peer, PeerQueues& q, bool* moved, bool receive) {
 // (its FIFO is in our shared memory, not a network connector's), only when
 // cross-memory attach was agreed, only as a whole one-step message, and only
 // naming the peer's own process. Anything else is the peer's fault.
-Status P2pBatch::checkRendezvous(int peer, uint64_t word, const Message& m, const RendezvousDescriptor& d) const {
+Status P2pBatch::checkRendezvous(int peer, uint64_t word, uint64_t flag, const Message& m,
+                                 const RendezvousDescriptor& d) const {
   auto refuse = [&](const std::string& why) {
     return remoteError("rank " + std::to_string(peer) + " sent a single-copy descriptor that rank " +
                        std::to_string(rank_) + " refuses: " + why);
   };
   if (!shm_.isLocal(peer)) return refuse("that rank is on another host");
   if (!cma_) return refuse("cross-memory attach was not agreed at connection time");
-  if (word != (sizeof(RendezvousDescriptor) | kLastStep | kRendezvous) || m.done != 0)  // not mid-message
+  if (word != (sizeof(RendezvousDescriptor) | kLastStep | flag) || m.done != 0)  // not mid-message
     return refuse("malformed step (size word " + std::to_string(word & kStepPayloadMask) + ")");
   if (peer >= static_cast<int>(pids_.size()) || pids_[peer] <= 0 || d.pid != pids_[peer])
     return refuse("it names pid " + std::to_string(d.pid) + ", not that rank's process");
@@ -378,7 +462,7 @@ Status P2pBatch::checkRendezvous(int peer, uint64_t word, const Message& m, cons
 Status P2pBatch::readRendezvous(int peer, Message& m, const char* slot, uint64_t word, bool* complete) {
   RendezvousDescriptor d;
   std::memcpy(&d, slot, sizeof(d));
-  if (!m.single) PLAIT_RETURN_IF_ERROR(checkRendezvous(peer, word, m, d));
+  if (!m.single) PLAIT_RETURN_IF_ERROR(checkRendezvous(peer, word, kRendezvous, m, d));
   m.single = true;
   const int pid = pids_[peer];
   const size_t n = std::min(kCmaChunk, m.bytes - m.done);
@@ -386,6 +470,90 @@ Status P2pBatch::readRendezvous(int peer, Message& m, const char* slot, uint64_t
     return remoteError("reading rank " + std::to_string(peer) + "'s send buffer: " + cmaErrorText(pid, err));
   m.done += n;
   *complete = m.done == m.bytes;
+  return Status::ok();
+}
+
+// The front send's write once requested: when the peer has answered with
+// where to write, one chunk per pass (so other peers progress too), then the
+// report (after a failed write too, so the peer fails at once).
+Status P2pBatch::pumpPut(FifoSender* fifo, PeerQueues& q, Message& m, bool* moved) {
+  if (q.putStep != 0) {
+    uint64_t answer = fifo->replyOf(q.putStep - 1);
+    if (answer == 0) {
+      if (fifo->peerAborted()) return peerAbortedError(*fifo->waitContext());
+      if (nowNs() < q.putGiveUpNs) return Status::ok();
+      if (fifo->replaceReply(q.putStep - 1, kPutWithdrawn, &answer)) {  // the message follows in steps
+        q.putStep = 0;
+        m.single = false;
+        m.mayRendezvous = false;
+        *moved = true;
+        return Status::ok();
+      }
+    }
+    q.putAddr = answer;
+    q.putStep = 0;
+  }
+  *moved = true;
+  const int pid = pids_[m.peer];
+  int err = 0;
+  if (m.done < m.bytes) {
+    const size_t n = std::min(kCmaChunk, m.bytes - m.done);
+    err = cmaWrite(pid, q.putAddr + m.done, m.src + m.done, n);
+    if (err == 0) m.done += n;
+    if (err == 0 && m.done < m.bytes) return Status::ok();
+  }
+  char* slot = fifo->tryAcquire();  // the request's step is free again and nothing was posted since
+  if (slot == nullptr) return internalError("no free step for the report of a single-copy write");
+  const int64_t report = err;
+  std::memcpy(slot, &report, sizeof(report));
+  fifo->post(sizeof(report) | kLastStep | kPut);
+  m.single = false;
+  ++q.nextSend;
+  if (err != 0)
+    return remoteError("writing into rank " + std::to_string(m.peer) + "'s receive buffer: " +
+                       cmaErrorText(pid, err, /*write=*/true));
+  return Status::ok();
+}
+
+// A write request, answered with where our buffer is, or after one the
+// report that ends the message.
+Status P2pBatch::receivePut(int peer, FifoReceiver* fifo, Message& m, const char* slot, uint64_t word) {
+  if (!m.put) {
+    RendezvousDescriptor d;
+    std::memcpy(&d, slot, sizeof(d));
+    PLAIT_RETURN_IF_ERROR(checkRendezvous(peer, word, kPut, m, d));
+    m.put = fifo->answer(reinterpret_cast<uint64_t>(m.dst));  // false: withdrawn, the steps after it carry it
+    fifo->release();
+    return Status::ok();
+  }
+  if (word != (sizeof(int64_t) | kLastStep | kPut))
+    return remoteError("rank " + std::to_string(peer) + " sent a step of size word " +
+                       std::to_string(word & kStepPayloadMask) + " where rank " + std::to_string(rank_) +
+                       " waits for the report of its single-copy write");
+  int64_t report = 0;
+  std::memcpy(&report, slot, sizeof(report));
+  fifo->release();
+  m.put = false;
+  m.done = m.bytes;
+  if (report != 0)
+    return remoteError("rank " + std::to_string(peer) + " could not write its message into rank " +
+                       std::to_string(rank_) + "'s receive buffer (errno " + std::to_string(report) + ")");
+  return Status::ok();
+}
+
+// Answers the write requests already posted to us, so that their writers
+// copy while we do (a Gather's root, before it copies its own block).
+Status P2pBatch::answerPuts() {
+  for (int p = 0; p < nranks_; ++p) {
+    PeerQueues& q = peers_[p];
+    if (p == rank_ || q.nextRecv >= q.recvs.size() || !shm_.isLocal(p)) continue;
+    Message& m = q.recvs[q.nextRecv];
+    size_t got = 0;
+    FifoReceiver* fifo = shm_.p2pRecv(p);
+    const char* slot = fifo->tryAcquire(&got);
+    if (slot != nullptr && m.done == 0 && !m.put && (got & kPut))
+      PLAIT_RETURN_IF_ERROR(receivePut(p, fifo, m, slot, got));
+  }
   return Status::ok();
 }
 
@@ -406,7 +574,8 @@ bool P2pBatch::anyReady() {
     if (q.ackStep != 0 && (acked(p) || shm_.p2pSend(p)->peerAborted())) return true;
     if (q.nextSend < q.sends.size()) {
       FifoSender* f = shm_.p2pSend(p);
-      if (f->tryAcquire() != nullptr || f->peerAborted()) return true;
+      if (q.putStep != 0 ? !q.putWaits(*f) || nowNs() >= q.putGiveUpNs : f->tryAcquire() != nullptr) return true;
+      if (f->peerAborted()) return true;
     }
     if (q.nextRecv < q.recvs.size()) {
       FifoReceiver* f = shm_.p2pRecv(p);
@@ -441,7 +610,11 @@ std::string P2pBatch::pendingText() const {
       text += (text.empty() ? "" : ", ") + std::string(dir) + " rank " + std::to_string(p) + " (" +
               std::to_string(m.done) + " of " + std::to_string(m.bytes) + " bytes)";
     };
-    if (q.nextSend < q.sends.size()) add("send to", q.sends[q.nextSend]);
+    if (q.putStep != 0)
+      text += (text.empty() ? "" : ", ") + std::string("send to rank ") + std::to_string(p) +
+              " (waiting for it to say where to write)";
+    else if (q.nextSend < q.sends.size())
+      add("send to", q.sends[q.nextSend]);
     if (q.nextRecv < q.recvs.size()) add("receive from", q.recvs[q.nextRecv]);
     if (q.nextSend == q.sends.size() && q.ackStep != 0)
       text += (text.empty() ? "" : ", ") + std::string("rank ") + std::to_string(p) + " reading our send buffer";
@@ -453,8 +626,8 @@ std::string P2pBatch::pendingText() const {
 
 Status P2pBatch::post() {
   PLAIT_RETURN_IF_ERROR(checkPeers());
+  PLAIT_RETURN_IF_ERROR(checkSelf());
   stageOverlappingSends();
-  PLAIT_RETURN_IF_ERROR(copySelf());
   posted_ = true;
   bool moved = false;
   for (int p = 0; p < nranks_; ++p) {
@@ -463,6 +636,8 @@ Status P2pBatch::post() {
     if (q.nextSend < q.sends.size()) PLAIT_RETURN_IF_ERROR(pumpSends(q, &moved));
     if (q.nextLineSend < q.lineSends.size()) PLAIT_RETURN_IF_ERROR(pumpLines(p, q, &moved, /*receive=*/false));
   }
+  PLAIT_RETURN_IF_ERROR(answerPuts());
+  copySelf();
   return Status::ok();
 }
 
@@ -549,7 +724,8 @@ Status P2pBatch::run(const WaitContext& base) {
 }  // namespace
 
 Status checkP2pSettings() {
-  for (const auto* p : {&kScatterCmaMinBytes, &kScatterCmaMaxBytes})
+  for (const auto* p :
+       {&kScatterCmaMinBytes, &kScatterCmaMaxBytes, &kGatherPutMinBytes, &kGatherPutMaxBytes, &kGatherPutWaitUs})
     if (p->get() < 0)
       return invalidArgument("PLAIT_" + std::string(p->name()) + " is " + std::to_string(p->get()) +
                              "; must be at least 0");
@@ -627,9 +803,12 @@ Status Communicator::runLineP2p(const Task& t) {
 // group's other operations (runGroup), which a peer may be running ahead of
 // its own share of the batch.
 Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Status()>& first) {
-  P2pBatch batch(*shm_, rank_, nranks_, cma_, pids_);
+  P2pBatch batch(*shm_, rank_, nranks_, cma_, pids_, static_cast<uint64_t>(kGatherPutWaitUs.get()) * 1000);
   const int64_t scatterCmaMin = kScatterCmaMinBytes.get() * (oversubscribed_ ? 2 : 1);
   const int64_t scatterCmaMax = kScatterCmaMaxBytes.get();
+  // A write needs its sender in the loop until it is answered: not while a
+  // group's other collectives run (`first`).
+  const int64_t gatherPutMin = kGatherPutMinBytes.get(), gatherPutMax = first ? -1 : kGatherPutMaxBytes.get();
   for (const Task& t : tasks) {
     if (t.peer >= nranks_ && (t.coll == CollType::kSend || t.coll == CollType::kRecv))
       return invalidArgument("peer " + std::to_string(t.peer) + " is not a rank of this communicator");
@@ -639,9 +818,9 @@ Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Sta
     // Small blocks to and from other ranks go as runLineP2p sends them
     // outside a group, so a rank may group these calls and its peers not.
     const bool lines = bytes > 0 && bytes <= lineP2pMaxBytes_;
-    auto send = [&](int p, const char* src, bool mayRendezvous) {
+    auto send = [&](int p, const char* src, bool mayRendezvous, bool put = false) {
       if (lines && p != rank_) batch.lineSend(p, src, bytes);
-      else batch.send(p, src, bytes, mayRendezvous);
+      else batch.send(p, src, bytes, mayRendezvous, put);
     };
     auto recv = [&](int p, char* dst) {
       if (lines && p != rank_) batch.lineRecv(p, dst, bytes);
@@ -656,11 +835,12 @@ Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Sta
           recv(p, out + p * bytes);
         }
         break;
-      // Gather keeps the FIFO pipeline: the root meets all the others, and
-      // its single-copy reads (process_vm_readv walks the pages: slower per
-      // byte than memcpy on a VM) would do alone what the FIFO splits between
-      // sender and receiver (perf/host/p2p_cma.sh: 1.15-1.6x slower from
-      // 4 MiB with single copies, no better below). In Scatter every other
+      // Gather's root meets all the others: read by the root, single copies
+      // would do alone what the FIFO splits between sender and receiver
+      // (perf/host/p2p_cma.sh: 1.15-1.6x slower from 4 MiB, no better
+      // below), so its blocks of P2P_GATHER_PUT_MIN_BYTES to _MAX_BYTES are
+      // written by their senders instead (P2pBatch: a write), while the root
+      // copies its own block. In Scatter every other
       // rank reads its own block, at once, and the root copies nothing:
       // 0.77-0.85x the FIFO's time for blocks of 128-256 KiB at 2 ranks; at
       // 4 ranks on 2 cores the readers take turns and blocks of 64-128 KiB
@@ -668,7 +848,8 @@ Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Sta
       // root's buffer the direct path (direct.cc) takes Scatter anyway
       // (perf/results/host/scatter_cma.md).
       case CollType::kGather:
-        send(t.root, in, /*mayRendezvous=*/false);
+        send(t.root, in, static_cast<int64_t>(bytes) >= gatherPutMin && static_cast<int64_t>(bytes) <= gatherPutMax,
+             /*put=*/true);
         if (rank_ == t.root)
           for (int p = 0; p < nranks_; ++p) recv(p, out + p * bytes);
         break;

@@ -492,6 +492,29 @@ TEST_CASE("Every collective and a ring exchange in one group", "[group][allcoll]
   }
 }
 
+// Between processes the group's large Gather blocks are written into the
+// root by their senders (PLAIT_P2P_GATHER_PUT_*), its Scatter blocks read
+// in place and its AlltoAll blocks read by cross-memory attach, all among
+// the ring's sends and receives.
+TEST_CASE("Every collective and a ring exchange in one group, ranks as forked processes",
+          "[group][allcoll][process]") {
+  for (int nranks : {2, 3}) {
+    INFO("nranks " << nranks);
+    auto failures = runProcessesChecked(nranks, [&](int rank, ncclComm_t comm) -> std::string {
+      FirstError fe;
+      for (size_t count : {size_t{1023}, size_t{70001}}) {
+        AllCollectives all(rank, nranks, count);
+        if (ncclGroupStart() != ncclSuccess) return "ncclGroupStart failed";
+        std::string err = all.post(comm);
+        if (ncclGroupEnd() != ncclSuccess && err.empty()) err = std::string("ncclGroupEnd: ") + ncclGetLastError(comm);
+        if (!fe.add({err.empty() ? all.check() : err, !err.empty()})) return fe.first;
+      }
+      return fe.first;
+    });
+    for (auto& f : failures) FAIL_CHECK(f);
+  }
+}
+
 TEST_CASE("One group spanning two communicators, driven from the same threads", "[group][multicomm]") {
   for (int nranks : {2, 3, 4}) {
     INFO("nranks " << nranks);

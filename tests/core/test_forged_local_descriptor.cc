@@ -6,6 +6,8 @@
 // (cmaRead of its own pid was a memcpy from 0x10: SIGSEGV). Now rank 0's
 // receive fails with ncclRemoteError naming rank 1 — because single copy was
 // not agreed (PLAIT_P2P_CMA=0) or, when it was, because the pid is not rank 1's.
+// The same for a forged write request (kStepPut, Gather's blocks), which rank
+// 0 would answer with its buffer's address.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,7 +64,7 @@ int forger(const ncclUniqueId& id, pid_t victim) {
     int32_t pid, reserved;
   } d{4096, 0x10, static_cast<int32_t>(victim), 0};
   std::memcpy(reinterpret_cast<char*>(ctrl) + kFifoControlBytes, &d, sizeof d);
-  ctrl->stepBytes[0] = sizeof d | kStepLast | kStepRendezvous;
+  ctrl->stepBytes[0] = sizeof d | kStepLast | (std::getenv("FORGE_PUT") ? kStepPut : kStepRendezvous);
   AtomicRef<uint64_t>(ctrl->tail).store(1, mo::release);
   char one = 0;
   (void)comm.runGroup({p2pTask(CollType::kRecv, &one, 1, 0)});  // until rank 0 is gone
@@ -77,7 +79,9 @@ TEST_CASE("a local peer's forged single-copy descriptor fails the receive naming
     const char* why;
   };
   const Case c = GENERATE(Case{"0", "cross-memory attach was not agreed"}, Case{"1", "not that rank's process"});
+  const bool put = GENERATE(false, true);  // a read's descriptor, a write's request
   setenv("PLAIT_P2P_CMA", c.cma, 1);
+  if (put) setenv("FORGE_PUT", "1", 1);
   setenv("PLAIT_NCHANNELS", "1", 1);
   setenv("PLAIT_TIMEOUT", "10", 1);
   setenv("PLAIT_INIT_TIMEOUT", "20", 1);
@@ -94,10 +98,11 @@ TEST_CASE("a local peer's forged single-copy descriptor fails the receive naming
   const std::string& text = r.text;
   const int st0 = r.status0, st1 = r.status1;
   unsetenv("PLAIT_P2P_CMA");
+  unsetenv("FORGE_PUT");
   unsetenv("PLAIT_NCHANNELS");
   for (const auto& shape : shapes) unsetenv(shape.first);
   config::resetAll();
-  INFO("PLAIT_P2P_CMA=" << c.cma << ": rank 0 status " << st0 << ", rank 1 status " << st1 << ": " << text);
+  INFO("PLAIT_P2P_CMA=" << c.cma << (put ? ", write request" : ", read descriptor") << ": rank 0 status " << st0 << ", rank 1 status " << st1 << ": " << text);
   REQUIRE(WIFEXITED(st0));  // b3b9f8d: killed by SIGSEGV
   CHECK(WIFEXITED(st1));
   CHECK(WEXITSTATUS(st1) == 0);  // 2 or 3: the forger could not find the FIFO

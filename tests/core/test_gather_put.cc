@@ -1,0 +1,137 @@
+// Gather's blocks written into the root's buffer by their senders (core/
+// p2p.cc: a write request, the root's answer, process_vm_writev, the report).
+// Two forked ranks; the root's block for rank 1 lies in a page it may only
+// read. Through the FIFOs the root's own copy would fault there; by the
+// write, the sender's system call fails, it reports the errno, and both
+// ranks fail with errors naming the other, nothing written. And a root that
+// comes late: the sender withdraws its request and sends the block through
+// the FIFO, so it returns without waiting for the root, as before writes.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "base/clock.h"
+#include "base/config.h"
+#include "forged_peer.h"
+
+using namespace plait;
+
+namespace {
+
+constexpr size_t kBlock = 128 << 10;  // within PLAIT_P2P_GATHER_PUT_MIN/MAX_BYTES' defaults
+
+Task gatherTask(const void* in, void* out) {
+  Task t;
+  t.coll = CollType::kGather;
+  t.sendbuff = in;
+  t.recvbuff = out;
+  t.count = kBlock;
+  t.type = ncclInt8;
+  t.root = 0;
+  return t;
+}
+
+// Rank 0, the root: its output's second block (rank 1's) is read-only.
+int root(const ncclUniqueId& id, int out) {
+  Communicator comm(0, 2);
+  Status s = comm.init(id, CommOptions{});
+  if (s.isOk()) {
+    void* mem = mmap(nullptr, 2 * kBlock, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return 3;
+    char* recv = static_cast<char*>(mem);
+    std::memset(recv, 0x5a, 2 * kBlock);
+    if (mprotect(recv + kBlock, kBlock, PROT_READ) != 0) return 4;
+    std::string in(kBlock, 'r');
+    s = comm.runGroup({gatherTask(in.data(), recv)});
+    for (size_t i = kBlock; i < 2 * kBlock && !s.isOk(); ++i)
+      if (recv[i] != 0x5a) return 5;  // nothing of rank 1's got in
+  }
+  const std::string text = s.toString();
+  (void)!write(out, text.c_str(), text.size());
+  return 0;
+}
+
+// Rank 1: exits 0 when its Gather failed naming the write into rank 0.
+int sender(const ncclUniqueId& id, pid_t) {
+  Communicator comm(1, 2);
+  if (!comm.init(id, CommOptions{}).isOk()) return 1;
+  std::string in(kBlock, 's');
+  const Status s = comm.runGroup({gatherTask(in.data(), nullptr)});
+  return !s.isOk() && s.toString().find("writing into rank 0's receive buffer") != std::string::npos ? 0 : 2;
+}
+
+// Rank 0, the root, 300 ms late: checks every byte of both blocks.
+int lateRoot(const ncclUniqueId& id, int out) {
+  Communicator comm(0, 2);
+  Status s = comm.init(id, CommOptions{});
+  if (s.isOk()) {
+    usleep(300 * 1000);
+    std::string in(kBlock, 'r'), recv(2 * kBlock, 0);
+    s = comm.runGroup({gatherTask(in.data(), recv.data())});
+    if (s.isOk() && recv != std::string(kBlock, 'r') + std::string(kBlock, 's'))
+      s = internalError("the gathered blocks differ from the inputs");
+  }
+  const std::string text = s.toString();
+  (void)!write(out, text.c_str(), text.size());
+  return 0;
+}
+
+// Rank 1: exits 0 when its Gather succeeded well before the root came.
+int earlySender(const ncclUniqueId& id, pid_t) {
+  Communicator comm(1, 2);
+  if (!comm.init(id, CommOptions{}).isOk()) return 1;
+  std::string in(kBlock, 's');
+  const Deadline soon = Deadline::afterMs(150);
+  if (!comm.runGroup({gatherTask(in.data(), nullptr)}).isOk()) return 2;
+  return soon.expired() ? 3 : 0;
+}
+
+// putWaitUs: how long the sender waits for the root's answer.
+void setUp(const char* putWaitUs) {
+  setenv("PLAIT_P2P_GATHER_PUT_WAIT_US", putWaitUs, 1);
+  setenv("PLAIT_NCHANNELS", "1", 1);
+  setenv("PLAIT_TIMEOUT", "10", 1);
+  setenv("PLAIT_INIT_TIMEOUT", "20", 1);
+  setenv("PLAIT_DIRECT_CMA", "0", 1);  // the point-to-point path, whatever the direct path's thresholds
+  config::resetAll();
+}
+
+void tearDown() {
+  for (const char* v : {"PLAIT_P2P_GATHER_PUT_WAIT_US", "PLAIT_NCHANNELS", "PLAIT_TIMEOUT", "PLAIT_INIT_TIMEOUT",
+                        "PLAIT_DIRECT_CMA"})
+    unsetenv(v);
+  config::resetAll();
+}
+
+}  // namespace
+
+TEST_CASE("a Gather block's sender does not wait for a late root", "[p2p][forks]") {
+  setUp("50");
+  auto id = createUniqueId();
+  REQUIRE(id.isOk());
+  const test::ForgedPair r = test::runForgedPair(id.value(), lateRoot, earlySender);
+  tearDown();
+  INFO("rank 0 status " << r.status0 << ", rank 1 status " << r.status1 << ": " << r.text);
+  REQUIRE(WIFEXITED(r.status1));
+  CHECK(WEXITSTATUS(r.status1) == 0);  // 3: it waited for the root
+  CHECK(r.text == "Success");
+}
+
+TEST_CASE("a Gather block the root cannot take fails both ranks, naming the write", "[p2p][forks]") {
+  setUp("5000000");  // whichever rank comes first, the block goes by the write
+  auto id = createUniqueId();
+  REQUIRE(id.isOk());
+  const test::ForgedPair r = test::runForgedPair(id.value(), root, sender);
+  tearDown();
+  INFO("rank 0 status " << r.status0 << ", rank 1 status " << r.status1 << ": " << r.text);
+  REQUIRE(WIFEXITED(r.status0));  // through the FIFOs: SIGSEGV in the root's copy
+  CHECK(WEXITSTATUS(r.status0) == 0);
+  REQUIRE(WIFEXITED(r.status1));
+  CHECK(WEXITSTATUS(r.status1) == 0);
+  CHECK_THAT(r.text, Catch::StartsWith("RemoteError") &&
+                         Catch::Contains("rank 1 could not write its message into rank 0's receive buffer"));
+}
