@@ -60,22 +60,24 @@ PLAIT_PARAM_INT(kScatterCmaMaxBytes, "P2P_SCATTER_CMA_MAX_BYTES", 512 << 10,
                 "FIFOs (0: Scatter always through the FIFOs)");
 // Gather's blocks written into the root's buffer by their ranks (the
 // FIFOs' copies moved to the senders' cores: the root copies only its own
-// block meanwhile). Intel host, 2026-11-30, unregistered heap buffers, 5
-// interleaved rounds, time against the FIFOs (perf/results/host/gather_put.md):
-// 2 ranks, 64-256 KiB blocks 0.46-0.56x; 4 ranks on 2 cores, 64-256 KiB
-// 0.58-0.83x; 16-32 KiB blocks lost (1.2-2x). Larger blocks gained nothing
-// beside the direct path (from a 1 MiB Gather) and lost with 4 ranks (1.2-1.4x
-// at 512 KiB), and through the FIFOs alone 2 MiB blocks lost at 2 ranks
-// (1.07-1.13x).
-PLAIT_PARAM_INT(kGatherPutMinBytes, "P2P_GATHER_PUT_MIN_BYTES", 64 << 10,
-                "Gather's blocks from this size (and P2P_CMA_MIN_BYTES) up to P2P_GATHER_PUT_MAX_BYTES are "
-                "written into the root's buffer by their ranks (single copy, every rank on this host, "
-                "cross-memory attach permitted)");
-PLAIT_PARAM_INT(kGatherPutMaxBytes, "P2P_GATHER_PUT_MAX_BYTES", 256 << 10,
-                "the largest Gather block written into the root's buffer; larger and smaller blocks go through "
-                "the FIFOs (0: Gather always through the FIFOs)");
-PLAIT_PARAM_INT(kGatherPutWaitUs, "P2P_GATHER_PUT_WAIT_US", 50,
-                "how long a Gather block's sender waits for the root to answer its write request before it "
+// block meanwhile), and AlltoAll's where the local ranks share cores (one
+// copy instead of two, and a rank waits for none of its readers). Intel host,
+// 2026-11-30, unregistered heap buffers, 5-7 interleaved rounds, time against
+// the FIFOs (perf/results/host/gather_put.md): Gather at 2 ranks, 64-256 KiB
+// blocks 0.46-0.56x; at 4 ranks on 2 cores 0.58-0.83x; AlltoAll at 3 and 4
+// ranks on 2 cores, 64-128 KiB blocks 0.41-0.70x, 192-256 KiB 0.88-0.96x.
+// 16-32 KiB blocks lost (1.1-2x). Larger blocks gained nothing beside the
+// direct path (from 1 MiB) and lost with 4 ranks (Gather 1.2-1.4x at 512 KiB),
+// and through the FIFOs alone 2 MiB blocks lost at 2 ranks (1.07-1.13x).
+PLAIT_PARAM_INT(kPutMinBytes, "P2P_PUT_MIN_BYTES", 64 << 10,
+                "Gather's blocks, and AlltoAll's where the local ranks share cores, from this size (and "
+                "P2P_CMA_MIN_BYTES) up to P2P_PUT_MAX_BYTES are written into their receivers' buffers by their "
+                "senders (single copy, every rank on this host, cross-memory attach permitted)");
+PLAIT_PARAM_INT(kPutMaxBytes, "P2P_PUT_MAX_BYTES", 256 << 10,
+                "the largest block written into its receiver's buffer; larger and smaller blocks go through the "
+                "FIFOs (0: never written)");
+PLAIT_PARAM_INT(kPutWaitUs, "P2P_PUT_WAIT_US", 50,
+                "how long a block's sender waits for the receiver to answer its write request before it "
                 "withdraws it and sends the block through the FIFOs (microseconds)");
 
 // Large messages between local processes: the sender posts where the data
@@ -86,7 +88,7 @@ PLAIT_PARAM_INT(kGatherPutWaitUs, "P2P_GATHER_PUT_WAIT_US", 50,
 // gave for that rank (the descriptor's pid must match it): a peer can make
 // this process read only that peer's own memory.
 //
-// A write (Gather's blocks, runP2p) turns it round, so that the sender's core
+// A write (Gather's blocks, AlltoAll's where ranks share cores: runP2p) turns it round, so that the sender's core
 // copies while the receiver does other work: the sender posts a request
 // (the descriptor with kPut, address 0), the receiver checks it like a read's,
 // puts its buffer's address in the step's reply word (FifoControl::reply) and
@@ -96,7 +98,7 @@ PLAIT_PARAM_INT(kGatherPutWaitUs, "P2P_GATHER_PUT_WAIT_US", 50,
 // the errno), after which the receiver has the message. The sender posts
 // nothing else to that peer in between, so the report is the step after the
 // request. A sender never waits on the receiver longer than the FIFOs made
-// it: unanswered after P2P_GATHER_PUT_WAIT_US it withdraws the request (its
+// it: unanswered after P2P_PUT_WAIT_US it withdraws the request (its
 // mark in the reply word; the first mark there wins) and sends the message
 // through the steps after it, which the receiver then takes as usual, so a
 // peer busy elsewhere (a collective its group runs before its receives) gets
@@ -725,7 +727,7 @@ Status P2pBatch::run(const WaitContext& base) {
 
 Status checkP2pSettings() {
   for (const auto* p :
-       {&kScatterCmaMinBytes, &kScatterCmaMaxBytes, &kGatherPutMinBytes, &kGatherPutMaxBytes, &kGatherPutWaitUs})
+       {&kScatterCmaMinBytes, &kScatterCmaMaxBytes, &kPutMinBytes, &kPutMaxBytes, &kPutWaitUs})
     if (p->get() < 0)
       return invalidArgument("PLAIT_" + std::string(p->name()) + " is " + std::to_string(p->get()) +
                              "; must be at least 0");
@@ -803,12 +805,12 @@ Status Communicator::runLineP2p(const Task& t) {
 // group's other operations (runGroup), which a peer may be running ahead of
 // its own share of the batch.
 Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Status()>& first) {
-  P2pBatch batch(*shm_, rank_, nranks_, cma_, pids_, static_cast<uint64_t>(kGatherPutWaitUs.get()) * 1000);
+  P2pBatch batch(*shm_, rank_, nranks_, cma_, pids_, static_cast<uint64_t>(kPutWaitUs.get()) * 1000);
   const int64_t scatterCmaMin = kScatterCmaMinBytes.get() * (oversubscribed_ ? 2 : 1);
   const int64_t scatterCmaMax = kScatterCmaMaxBytes.get();
   // A write needs its sender in the loop until it is answered: not while a
   // group's other collectives run (`first`).
-  const int64_t gatherPutMin = kGatherPutMinBytes.get(), gatherPutMax = first ? -1 : kGatherPutMaxBytes.get();
+  const int64_t putMin = kPutMinBytes.get(), putMax = first ? -1 : kPutMaxBytes.get();
   for (const Task& t : tasks) {
     if (t.peer >= nranks_ && (t.coll == CollType::kSend || t.coll == CollType::kRecv))
       return invalidArgument("peer " + std::to_string(t.peer) + " is not a rank of this communicator");
@@ -818,6 +820,7 @@ Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Sta
     // Small blocks to and from other ranks go as runLineP2p sends them
     // outside a group, so a rank may group these calls and its peers not.
     const bool lines = bytes > 0 && bytes <= lineP2pMaxBytes_;
+    const bool putBlock = static_cast<int64_t>(bytes) >= putMin && static_cast<int64_t>(bytes) <= putMax;
     auto send = [&](int p, const char* src, bool mayRendezvous, bool put = false) {
       if (lines && p != rank_) batch.lineSend(p, src, bytes);
       else batch.send(p, src, bytes, mayRendezvous, put);
@@ -831,14 +834,17 @@ Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Sta
       case CollType::kRecv: batch.recv(t.peer, out, bytes); break;
       case CollType::kAlltoAll:
         for (int p = 0; p < nranks_; ++p) {
-          send(p, in + p * bytes, alltoallCma_);
+          // Read in place where every local rank has a core of its own
+          // (alltoallCma_), else written in the window: a sender waits
+          // for no descheduled reader longer than P2P_PUT_WAIT_US.
+          send(p, in + p * bytes, alltoallCma_ || putBlock, /*put=*/!alltoallCma_ && putBlock);
           recv(p, out + p * bytes);
         }
         break;
       // Gather's root meets all the others: read by the root, single copies
       // would do alone what the FIFO splits between sender and receiver
       // (perf/host/p2p_cma.sh: 1.15-1.6x slower from 4 MiB, no better
-      // below), so its blocks of P2P_GATHER_PUT_MIN_BYTES to _MAX_BYTES are
+      // below), so its blocks of P2P_PUT_MIN_BYTES to P2P_PUT_MAX_BYTES are
       // written by their senders instead (P2pBatch: a write), while the root
       // copies its own block. In Scatter every other
       // rank reads its own block, at once, and the root copies nothing:
@@ -848,8 +854,7 @@ Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Sta
       // root's buffer the direct path (direct.cc) takes Scatter anyway
       // (perf/results/host/scatter_cma.md).
       case CollType::kGather:
-        send(t.root, in, static_cast<int64_t>(bytes) >= gatherPutMin && static_cast<int64_t>(bytes) <= gatherPutMax,
-             /*put=*/true);
+        send(t.root, in, putBlock, /*put=*/true);
         if (rank_ == t.root)
           for (int p = 0; p < nranks_; ++p) recv(p, out + p * bytes);
         break;

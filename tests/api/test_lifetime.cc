@@ -126,7 +126,7 @@ TEST_CASE("A negative PLAIT_DIRECT_CHUNK_BYTES is an error naming it", "[badchun
   std::string setting = "PLAIT_DIRECT_CHUNK_BYTES";
   for (const char* other : {"PLAIT_DIRECT_CMA_MIN_BYTES", "PLAIT_DIRECT_CMA_MAX_BYTES",
                             "PLAIT_P2P_SCATTER_CMA_MIN_BYTES", "PLAIT_ALLTOALL_CMA", "PLAIT_DIRECT_CMA_EXPLORE_MS",
-                            "PLAIT_DIRECT_CMA_REDUCE_MIN_BYTES", "PLAIT_P2P_GATHER_PUT_WAIT_US"})
+                            "PLAIT_DIRECT_CMA_REDUCE_MIN_BYTES", "PLAIT_P2P_PUT_WAIT_US"})
     if (std::getenv(other) != nullptr) setting = other;
   INFO(setting);
   ncclUniqueId id;

@@ -493,7 +493,7 @@ TEST_CASE("Every collective and a ring exchange in one group", "[group][allcoll]
 }
 
 // Between processes the group's large Gather blocks are written into the
-// root by their senders (PLAIT_P2P_GATHER_PUT_*), its Scatter blocks read
+// root by their senders (PLAIT_P2P_PUT_*), its Scatter blocks read
 // in place and its AlltoAll blocks read by cross-memory attach, all among
 // the ring's sends and receives.
 TEST_CASE("Every collective and a ring exchange in one group, ranks as forked processes",

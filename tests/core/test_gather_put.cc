@@ -22,7 +22,7 @@ using namespace plait;
 
 namespace {
 
-constexpr size_t kBlock = 128 << 10;  // within PLAIT_P2P_GATHER_PUT_MIN/MAX_BYTES' defaults
+constexpr size_t kBlock = 128 << 10;  // within PLAIT_P2P_PUT_MIN/MAX_BYTES' defaults
 
 Task gatherTask(const void* in, void* out) {
   Task t;
@@ -92,7 +92,7 @@ int earlySender(const ncclUniqueId& id, pid_t) {
 
 // putWaitUs: how long the sender waits for the root's answer.
 void setUp(const char* putWaitUs) {
-  setenv("PLAIT_P2P_GATHER_PUT_WAIT_US", putWaitUs, 1);
+  setenv("PLAIT_P2P_PUT_WAIT_US", putWaitUs, 1);
   setenv("PLAIT_NCHANNELS", "1", 1);
   setenv("PLAIT_TIMEOUT", "10", 1);
   setenv("PLAIT_INIT_TIMEOUT", "20", 1);
@@ -101,7 +101,7 @@ void setUp(const char* putWaitUs) {
 }
 
 void tearDown() {
-  for (const char* v : {"PLAIT_P2P_GATHER_PUT_WAIT_US", "PLAIT_NCHANNELS", "PLAIT_TIMEOUT", "PLAIT_INIT_TIMEOUT",
+  for (const char* v : {"PLAIT_P2P_PUT_WAIT_US", "PLAIT_NCHANNELS", "PLAIT_TIMEOUT", "PLAIT_INIT_TIMEOUT",
                         "PLAIT_DIRECT_CMA"})
     unsetenv(v);
   config::resetAll();
