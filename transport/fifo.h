@@ -60,9 +60,9 @@ struct alignas(64) FifoControl {
   alignas(64) uint64_t stepBytes[kMaxFifoSteps];   // bytes in each posted step, written before tail
   // A word per step for an answer from the receiver (core/p2p.cc: where a
   // single-copy write goes): the sender zeroes it before posting the step,
-  // then the first compare-and-swap from zero, the receiver's answer or the
-  // sender's withdrawal, wins. The step's buffer is not reused before the
-  // receiver releases it, so a word always belongs to one step.
+  // then both ends move it on by compare-and-swap (p2p.cc's states), so the
+  // first to act wins. A word belongs to one step until the sender posts
+  // into that step's buffer again.
   alignas(64) uint64_t reply[kMaxFifoSteps];
 };
 static_assert(sizeof(FifoControl) <= kFifoControlBytes);
@@ -195,14 +195,11 @@ class FifoSender {
   uint64_t replyOf(uint64_t step) const {
     return AtomicRef<uint64_t>(ctrl_->reply[step % static_cast<uint64_t>(shape_.nSteps)]).load(mo::acquire);
   }
-  // Puts `value` in posted step `step`'s reply word if it is still 0: true
-  // then; else false with the receiver's answer in *answer.
-  bool replaceReply(uint64_t step, uint64_t value, uint64_t* answer) {
-    uint64_t expected = 0;
-    const bool won = AtomicRef<uint64_t>(ctrl_->reply[step % static_cast<uint64_t>(shape_.nSteps)])
-                         .compare_exchange_strong(expected, value, mo::acqRel, mo::acquire);
-    *answer = expected;
-    return won;
+  // Puts `value` in posted step `step`'s reply word if it holds *seen:
+  // true then; else false with what it holds in *seen.
+  bool replaceReply(uint64_t step, uint64_t* seen, uint64_t value) {
+    return AtomicRef<uint64_t>(ctrl_->reply[step % static_cast<uint64_t>(shape_.nSteps)])
+        .compare_exchange_strong(*seen, value, mo::acqRel, mo::acquire);
   }
 
   // Steps posted so far (the next step's number).
@@ -297,13 +294,14 @@ class FifoReceiver {
     wake(detail::futexWordOf(&ctrl_->head), &ctrl_->sendSleepers);
   }
 
-  // Puts `value` in the acquired step's reply word if the sender has not
-  // put something there first (FifoSender::replaceReply), and returns
-  // whether it did; the step is not released.
-  bool answer(uint64_t value) {
-    uint64_t expected = 0;
-    return AtomicRef<uint64_t>(ctrl_->reply[slot_]).compare_exchange_strong(expected, value, mo::acqRel,
-                                                                             mo::acquire);
+  // Puts `value` in step `step`'s reply word if it holds `expected` (the
+  // acquired step's, head: stepIndex(), with 0 unless the sender put
+  // something there first: FifoSender::replaceReply), and returns whether it
+  // did. A released step's word stays the sender's to read until it posts
+  // into that buffer again. Releases nothing.
+  bool replaceReply(uint64_t step, uint64_t expected, uint64_t value) {
+    return AtomicRef<uint64_t>(ctrl_->reply[step % static_cast<uint64_t>(shape_.nSteps)])
+        .compare_exchange_strong(expected, value, mo::acqRel, mo::acquire);
   }
 
   // Gives up, like FifoSender::abort(): every later wait on either end fails.

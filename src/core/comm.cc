@@ -87,7 +87,8 @@ PLAIT_PARAM_INT(kP2pCma, "P2P_CMA", 1,
 // measurement (PLAIT_DIRECT_CMA_ADAPT) it tries and may keep them.
 PLAIT_PARAM_INT(kAlltoAllCma, "ALLTOALL_CMA", -1,
                 "AlltoAll's single copies by cross-memory attach (point-to-point and direct path): 1 on, 0 off, "
-                "-1 off where the local ranks share cores (unless measured faster on the direct path), else on");
+                "-1 off where the local ranks share cores (unless measured faster on the direct path; there the "
+                "blocks of PLAIT_P2P_PUT_MIN_BYTES to _MAX_BYTES are written by their senders instead), else on");
 
 // Whether every local rank can read every other local rank's memory with
 // process_vm_readv (ptrace permission): each reads its peers' probe words,
@@ -389,6 +390,8 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   // The same on every local rank: oversubscription is judged on the union of their CPU masks.
   alltoallCma_ = cma_ && (kAlltoAllCma.get() == 1 || (kAlltoAllCma.get() < 0 && !oversubscribed_));
   direct_->setAlltoAllCma(alltoallCma_, cma_ && kAlltoAllCma.get() != 0);
+  // Where the ranks share cores, AlltoAll's mid-size blocks are written by their senders instead (core/p2p.cc).
+  alltoallPut_ = cma_ && kAlltoAllCma.get() < 0 && oversubscribed_;
   // Broadcast from 64 KiB by cross-memory attach: not where ranks are threads or cannot attach (there the
   // direct path could only serve registered buffers, unmeasured at these sizes).
   direct_->setBroadcastPair(corePerRankPair_ && cma_);

@@ -249,7 +249,10 @@ class Communicator {
   HostPrimitives makePrimitives(const Task& task, const Plan& plan, int channel) const;
   size_t ringChunkElems(const Plan& plan, size_t sliceBytes, size_t elem, size_t align) const;
   Status runLocalCopy(const Task& task);
-  Status runP2p(std::span<const Task> tasks, const std::function<Status()>& first = nullptr);
+  // firstWaits: `first` may wait for peers (it runs other collectives), so
+  // no send of the batch may need this rank until it returns.
+  Status runP2p(std::span<const Task> tasks, const std::function<Status()>& first = nullptr,
+                bool firstWaits = true);
   Status runLineP2p(const Task& task);
   // The one-shot collectives (core/one_shot.cc).
   Status runOneShot(const Task& task, size_t bytes);
@@ -345,6 +348,7 @@ class Communicator {
   std::vector<int> pids_;                // per rank (liveness checks)
   bool oversubscribed_ = false;          // more local ranks than cores
   bool alltoallCma_ = false;             // AlltoAll may copy by cross-memory attach (PLAIT_ALLTOALL_CMA)
+  bool alltoallPut_ = false;             // AlltoAll's P2P_PUT_* blocks are written instead (ranks share cores)
   bool dedicatedCores_ = false;          // local ranks on disjoint CPUs (base/cpu_mask.h)
   // 2 ranks on one host with a core each, judged on their CPU masks as
   // exchanged (never on a rank's own fallback guess): the same on both.

@@ -201,10 +201,14 @@ Status Communicator::runGroupTasks(const std::vector<Task>& tasks) {
     return isSendOrRecv(t.coll) || (isPointToPoint(t.coll) && (t.onDevice ? devicePairs : hostPairs));
   };
   std::vector<Task> p2p, deviceP2p;
-  bool reproducibleOthers = false;
+  bool reproducibleOthers = false, others = false;
   for (const Task& t : tasks) {
-    if (isBatched(t)) (t.onDevice ? deviceP2p : p2p).push_back(t);
-    else reproducibleOthers |= reproducibleOrder(t);
+    if (isBatched(t)) {
+      (t.onDevice ? deviceP2p : p2p).push_back(t);
+    } else {
+      reproducibleOthers |= reproducibleOrder(t);
+      others = true;
+    }
   }
   // Every collective keeps its call-order number, as a peer calling them
   // one at a time numbers them (the op board compares equal numbers only).
@@ -233,7 +237,9 @@ Status Communicator::runGroupTasks(const std::vector<Task>& tasks) {
     PLAIT_RETURN_IF_ERROR(runOthers());
     return runP2p(p2p);
   }
-  return runP2p(p2p, runOthers);
+  // Without other collectives runOthers only numbers the batch's and
+  // enqueues device work: it waits for no peer.
+  return runP2p(p2p, runOthers, /*firstWaits=*/others);
 }
 
 // A failure often cascades: rank A dies, its neighbour B aborts, and B's

@@ -14,6 +14,7 @@
 // Sends and receives with this rank itself are paired in call order and
 // copied directly.
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -33,7 +34,15 @@ namespace {
 constexpr uint64_t kLastStep = kStepLast;          // in a step's size: the message ends here
 constexpr uint64_t kRendezvous = kStepRendezvous;  // the step holds a RendezvousDescriptor
 constexpr uint64_t kPut = kStepPut;                // a single-copy write: its request, then its report
-constexpr uint64_t kPutWithdrawn = 1;              // a write request's reply word: the sender withdrew it
+// A write request's reply word (FifoControl::reply): 0 unanswered, then the
+// receiver's buffer address (answered) or kPutWithdrawn (by the sender); an
+// answer then becomes kPutWriting (the sender writes) or kPutRevoked (the
+// receiver's batch failed first: the sender must not write). Addresses are
+// never below 4096 (cmaWrite refuses the first page).
+constexpr uint64_t kPutWithdrawn = 1;
+constexpr uint64_t kPutWriting = 2;
+constexpr uint64_t kPutRevoked = 3;
+constexpr uint64_t kPutFirstAddress = 4096;
 constexpr size_t kCmaChunk = size_t(4) << 20;        // bytes read per pass, so other peers progress too
 
 // -1: 2048 at 2 ranks with a core each, else 1024. At 2 ranks (Intel host,
@@ -121,6 +130,7 @@ struct Message {
   bool mayRendezvous = true;  // sends: may go single-copy (Gather's and Scatter's in their size windows: runP2p)
   bool staged = false;        // sends: src is a copy (stageOverlappingSends)
   bool put = false;           // sends: single copy by writing; receives: the sender is writing it
+  uint64_t request = 0;       // receives being written: the request's step (its reply word)
 };
 
 // Per peer, the sends and the receives in call order, and how far each got;
@@ -133,6 +143,7 @@ struct PeerQueues {
   uint64_t ackStep = 0;  // the peer must release this many steps before our rendezvous buffers are free
   uint64_t putStep = 0;      // the front send's write request is step putStep - 1, not yet answered
   uint64_t putAddr = 0;      // where the front send's write goes (the peer's answer)
+  int putErr = 0;            // the front send's write failed (errno; ECANCELED: the peer gave it up)
   uint64_t putGiveUpNs = 0;  // when the request is withdrawn if still unanswered
   std::vector<Message> lineSends, lineRecvs;
   size_t nextLineSend = 0, nextLineRecv = 0;
@@ -149,6 +160,7 @@ struct PeerQueues {
     lineRecvs.clear();
     nextSend = nextRecv = nextLineSend = nextLineRecv = 0;
     ackStep = putStep = 0;
+    putErr = 0;
   }
 };
 
@@ -230,12 +242,24 @@ class P2pBatch {
                          const RendezvousDescriptor& d) const;
   Status readRendezvous(int peer, Message& m, const char* slot, uint64_t word, bool* complete);
   Status pumpPut(FifoSender* fifo, PeerQueues& q, Message& m, bool* moved);
-  // Whether a send may go by a write: the pid to write into is known, and if
-  // the request is withdrawn the message fits beside it as it did without it.
+  // Whether a send may go by a write: the pid to write into is known, a
+  // step is left for the report, and if the request is withdrawn the message
+  // fits beside it in the FIFO as it did without it (or did not fit either).
+  // Judged on the whole FIFO, not on the steps free now: by the free steps a
+  // sender that had once withdrawn and run ahead stayed on the FIFO path for
+  // good (0.84x the time at 128-512 KiB with the whole FIFO's rule). So one
+  // case is left where a withdrawn request's step can make a sender wait for
+  // its receiver, where the FIFO alone would not have: earlier messages and
+  // this one filling the FIFO exactly while the receiver runs other
+  // collectives of its group first (docs/ARCHITECTURE.md, "A group").
   bool mayPut(const FifoSender& fifo, const Message& m) const {
-    const size_t step = fifo.shape().stepBytes, holds = step * static_cast<size_t>(fifo.shape().nSteps);
-    return pids_[m.peer] > 0 && (m.bytes + step <= holds || m.bytes > holds);
+    const uint64_t nSteps = static_cast<uint64_t>(fifo.shape().nSteps), step = fifo.shape().stepBytes;
+    const uint64_t need = (m.bytes + step - 1) / step;
+    return pids_[m.peer] > 0 && nSteps >= 2 && (need + 1 <= nSteps || need > nSteps);
   }
+  // After a failure: no peer may still write into a receive buffer once the
+  // batch is gone (the destructor).
+  void settleWrites();
   Status receivePut(int peer, FifoReceiver* fifo, Message& m, const char* slot, uint64_t word);
   Status answerPuts();
   bool finished();
@@ -252,6 +276,7 @@ class P2pBatch {
   bool cma_;       // cross-memory attach agreed between the local ranks
   size_t cmaMin_;  // 0: no rendezvous
   uint64_t putWaitNs_;  // how long a write request waits for its answer
+  int64_t timeoutMs_ = -1;  // run()'s, for settleWrites()
   bool posted_ = false;
 };
 
@@ -293,6 +318,7 @@ void P2pBatch::stageOverlappingSends() {
 // yet acknowledged); the communicator is broken then, as before the copies
 // were kept.
 P2pBatch::~P2pBatch() {
+  settleWrites();
   if (storage_.staging.capacity() > (size_t{4} << 20)) std::vector<char>().swap(storage_.staging);
   if (shared_) storage_.busy = false;
 }
@@ -479,12 +505,13 @@ Status P2pBatch::readRendezvous(int peer, Message& m, const char* slot, uint64_t
 // where to write, one chunk per pass (so other peers progress too), then the
 // report (after a failed write too, so the peer fails at once).
 Status P2pBatch::pumpPut(FifoSender* fifo, PeerQueues& q, Message& m, bool* moved) {
+  const int pid = pids_[m.peer];
   if (q.putStep != 0) {
-    uint64_t answer = fifo->replyOf(q.putStep - 1);
-    if (answer == 0) {
+    uint64_t seen = fifo->replyOf(q.putStep - 1);
+    if (seen == 0) {
       if (fifo->peerAborted()) return peerAbortedError(*fifo->waitContext());
       if (nowNs() < q.putGiveUpNs) return Status::ok();
-      if (fifo->replaceReply(q.putStep - 1, kPutWithdrawn, &answer)) {  // the message follows in steps
+      if (fifo->replaceReply(q.putStep - 1, &seen, kPutWithdrawn)) {  // the message follows in steps
         q.putStep = 0;
         m.single = false;
         m.mayRendezvous = false;
@@ -492,25 +519,41 @@ Status P2pBatch::pumpPut(FifoSender* fifo, PeerQueues& q, Message& m, bool* move
         return Status::ok();
       }
     }
-    q.putAddr = answer;
+    // Answered (or something else the receiver put there): claim the write,
+    // unless the receiver revoked its answer first.
+    if (seen < kPutFirstAddress || !fifo->replaceReply(q.putStep - 1, &seen, kPutWriting)) {
+      q.putErr = ECANCELED;
+      m.done = m.bytes;
+    }
+    q.putAddr = seen;
     q.putStep = 0;
+    *moved = true;
   }
-  *moved = true;
-  const int pid = pids_[m.peer];
-  int err = 0;
-  if (m.done < m.bytes) {
+  if (q.putErr == 0 && m.done < m.bytes) {
     const size_t n = std::min(kCmaChunk, m.bytes - m.done);
-    err = cmaWrite(pid, q.putAddr + m.done, m.src + m.done, n);
-    if (err == 0) m.done += n;
-    if (err == 0 && m.done < m.bytes) return Status::ok();
+    if (int err = cmaWrite(pid, q.putAddr + m.done, m.src + m.done, n); err != 0) {
+      q.putErr = err;
+      m.done = m.bytes;
+    } else {
+      m.done += n;
+    }
+    *moved = true;
+    if (m.done < m.bytes) return Status::ok();
   }
-  char* slot = fifo->tryAcquire();  // the request's step is free again and nothing was posted since
-  if (slot == nullptr) return internalError("no free step for the report of a single-copy write");
-  const int64_t report = err;
+  // The report, after a failed write too, so the peer fails at once. Its step
+  // is free once the receiver has released the request's (mayPut: 2 steps).
+  char* slot = fifo->tryAcquire();
+  if (slot == nullptr) return fifo->peerAborted() ? peerAbortedError(*fifo->waitContext()) : Status::ok();
+  const int64_t report = q.putErr;
   std::memcpy(slot, &report, sizeof(report));
   fifo->post(sizeof(report) | kLastStep | kPut);
+  *moved = true;
   m.single = false;
   ++q.nextSend;
+  const int err = q.putErr;
+  q.putErr = 0;
+  if (err == ECANCELED)
+    return remoteError("rank " + std::to_string(m.peer) + " gave up its receive before this rank wrote the block");
   if (err != 0)
     return remoteError("writing into rank " + std::to_string(m.peer) + "'s receive buffer: " +
                        cmaErrorText(pid, err, /*write=*/true));
@@ -524,7 +567,9 @@ Status P2pBatch::receivePut(int peer, FifoReceiver* fifo, Message& m, const char
     RendezvousDescriptor d;
     std::memcpy(&d, slot, sizeof(d));
     PLAIT_RETURN_IF_ERROR(checkRendezvous(peer, word, kPut, m, d));
-    m.put = fifo->answer(reinterpret_cast<uint64_t>(m.dst));  // false: withdrawn, the steps after it carry it
+    m.request = fifo->stepIndex();
+    // false: withdrawn, the steps after it carry the message
+    m.put = fifo->replaceReply(m.request, 0, reinterpret_cast<uint64_t>(m.dst));
     fifo->release();
     return Status::ok();
   }
@@ -557,6 +602,25 @@ Status P2pBatch::answerPuts() {
       PLAIT_RETURN_IF_ERROR(receivePut(p, fifo, m, slot, got));
   }
   return Status::ok();
+}
+
+void P2pBatch::settleWrites() {
+  for (int p = 0; p < nranks_; ++p) {
+    PeerQueues& q = peers_[p];
+    if (p == rank_ || q.nextRecv >= q.recvs.size() || !q.recvs[q.nextRecv].put) continue;
+    const Message& m = q.recvs[q.nextRecv];
+    FifoReceiver* fifo = shm_.p2pRecv(p);
+    if (fifo->replaceReply(m.request, reinterpret_cast<uint64_t>(m.dst), kPutRevoked)) continue;  // never written
+    // The sender is writing: wait for its report (or its end), within the
+    // communicator's timeout and at most 10 s, so that no write lands in a
+    // buffer the caller has got back.
+    const int64_t ms = timeoutMs_ >= 0 ? std::min<int64_t>(timeoutMs_, 10000) : 10000;
+    const Deadline until = Deadline::afterMs(ms);
+    size_t got = 0;
+    while (fifo->tryAcquire(&got) == nullptr && !fifo->peerAborted() && !until.expired() &&
+           (pids_[p] <= 0 || processAlive(pids_[p])))
+      usleep(20);
+  }
 }
 
 // Whether the peer has released every step up to our last rendezvous
@@ -651,6 +715,7 @@ Status P2pBatch::run(const WaitContext& base) {
   const std::vector<int>& pids = pids_;
   if (!posted_) PLAIT_RETURN_IF_ERROR(post());
   const int64_t timeoutMs = base.waitTimeoutMs;
+  timeoutMs_ = timeoutMs;
   Deadline deadline = timeoutMs >= 0 ? Deadline::afterMs(timeoutMs) : Deadline::never();
   while (!finished()) {
     bool moved = false;
@@ -677,6 +742,22 @@ Status P2pBatch::run(const WaitContext& base) {
     int waitPeer = -1;
     std::atomic<uint32_t>* word = nullptr;
     std::atomic<uint32_t>* sleepers = nullptr;
+    // An unanswered write request first: its answer wakes us, and the wait
+    // ends when it is to be withdrawn.
+    Deadline waitUntilDeadline = deadline;
+    for (int p = 0; p < nranks_; ++p) {
+      const PeerQueues& q = peers_[p];
+      if (q.putStep == 0 || (waitPeer >= 0 && q.putGiveUpNs >= peers_[waitPeer].putGiveUpNs)) continue;
+      FifoControl* c = shm_.p2pSend(p)->control();
+      word = detail::futexWordOf(&c->head);
+      sleepers = &c->sendSleepers;
+      waitPeer = p;
+    }
+    if (waitPeer >= 0) {
+      const uint64_t now = nowNs(), giveUp = peers_[waitPeer].putGiveUpNs;
+      const Deadline d = Deadline::after(std::chrono::nanoseconds(giveUp > now ? giveUp - now : 0));
+      if (d.at() < waitUntilDeadline.at()) waitUntilDeadline = d;
+    }
     for (int p = 0; p < nranks_ && waitPeer < 0; ++p) {
       const PeerQueues& q = peers_[p];
       if (q.nextRecv < q.recvs.size()) {
@@ -705,9 +786,9 @@ Status P2pBatch::run(const WaitContext& base) {
     ctx.peerPid = pids[waitPeer];
     ctx.what = "point-to-point operations";
     ctx.waitTimeoutMs = 100;
-    ctx.deadline = deadline;
+    ctx.deadline = waitUntilDeadline;
     Status s = waitUntil([this] { return anyReady(); }, word, sleepers, ctx);
-    if (s.isOk()) continue;
+    if (s.isOk() || (!deadline.expired() && waitUntilDeadline.expired())) continue;  // ok, or a request to withdraw
     if (ctx.abortFlag && ctx.abortFlag->load(std::memory_order_acquire)) return s;
     if (deadline.expired())
       return remoteError("timed out after " + std::to_string(timeoutMs) +
@@ -731,6 +812,9 @@ Status checkP2pSettings() {
     if (p->get() < 0)
       return invalidArgument("PLAIT_" + std::string(p->name()) + " is " + std::to_string(p->get()) +
                              "; must be at least 0");
+  if (kPutWaitUs.get() > 10'000'000)
+    return invalidArgument("PLAIT_P2P_PUT_WAIT_US is " + std::to_string(kPutWaitUs.get()) +
+                           "; must be at most 10000000 (10 s)");
   return Status::ok();
 }
 
@@ -804,13 +888,13 @@ Status Communicator::runLineP2p(const Task& t) {
 // and every single-copy descriptor) and before it waits for anything: the
 // group's other operations (runGroup), which a peer may be running ahead of
 // its own share of the batch.
-Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Status()>& first) {
+Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Status()>& first, bool firstWaits) {
   P2pBatch batch(*shm_, rank_, nranks_, cma_, pids_, static_cast<uint64_t>(kPutWaitUs.get()) * 1000);
   const int64_t scatterCmaMin = kScatterCmaMinBytes.get() * (oversubscribed_ ? 2 : 1);
   const int64_t scatterCmaMax = kScatterCmaMaxBytes.get();
   // A write needs its sender in the loop until it is answered: not while a
-  // group's other collectives run (`first`).
-  const int64_t putMin = kPutMinBytes.get(), putMax = first ? -1 : kPutMaxBytes.get();
+  // group's other collectives run (`first`, when it waits for peers).
+  const int64_t putMin = kPutMinBytes.get(), putMax = first && firstWaits ? -1 : kPutMaxBytes.get();
   for (const Task& t : tasks) {
     if (t.peer >= nranks_ && (t.coll == CollType::kSend || t.coll == CollType::kRecv))
       return invalidArgument("peer " + std::to_string(t.peer) + " is not a rank of this communicator");
@@ -837,7 +921,7 @@ Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Sta
           // Read in place where every local rank has a core of its own
           // (alltoallCma_), else written in the window: a sender waits
           // for no descheduled reader longer than P2P_PUT_WAIT_US.
-          send(p, in + p * bytes, alltoallCma_ || putBlock, /*put=*/!alltoallCma_ && putBlock);
+          send(p, in + p * bytes, alltoallCma_ || (alltoallPut_ && putBlock), /*put=*/alltoallPut_ && putBlock);
           recv(p, out + p * bytes);
         }
         break;

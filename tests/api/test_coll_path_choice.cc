@@ -80,8 +80,8 @@ TEST_CASE("Unregistered calls between processes alternate between the FIFOs and 
   };
   auto failures = runProcessesChecked(2, [&](int rank, ncclComm_t comm) {
     // Three passes: a rooted call is chosen by its root, each size class
-    // runs the static rule's path twice and the other twice before the two
-    // take turns.
+    // runs the static rule's path three times and the other three times
+    // before the two take turns.
     std::string first = allReduceRepeated(rank, comm);
     for (int pass = 0; pass < 3; ++pass)
       for (const Item& item : list) {
