@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,8 @@
 #include "base/config.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
+#include "transport/fifo.h"
+#include "transport/line_fifo.h"
 
 namespace plait::test {
 
@@ -42,6 +46,31 @@ inline int receiveFromRank1(const ncclUniqueId& id, int out) {
   (void)!write(out, text.c_str(), text.size());
   return 0;
 }
+
+// Where this process mapped the shared segment created by `pid` (null if none).
+inline char* mappingOf(pid_t pid) {
+  std::ifstream maps("/proc/self/maps");
+  const std::string name = "/dev/shm/plait-" + std::to_string(pid) + "-";
+  for (std::string line; std::getline(maps, line);)
+    if (line.find(name) != std::string::npos) return reinterpret_cast<char*>(std::stoull(line, nullptr, 16));
+  return nullptr;
+}
+
+// Rank 0's point-to-point FIFO from rank 1, by ShmTransport's layout for two
+// local ranks, one channel and the shapes kForgedShapes sets.
+inline FifoControl* p2pFifoFromRank1(char* base) {
+  auto align = [](size_t v) { return (v + 4095) / 4096 * 4096; };
+  const size_t ring = align(FifoShape{8, 128 << 10}.totalBytes());
+  const size_t mesh = align(FifoShape{4, 32 << 10}.totalBytes());
+  const size_t line = align(sizeof(LineFifoMemory));
+  const size_t p2p = align(FifoShape{8, 64 << 10}.totalBytes());
+  return reinterpret_cast<FifoControl*>(base + 1 * ring + 2 * mesh + 4 * line + 1 * p2p);  // two line FIFOs per sender
+}
+
+// The FIFO shapes p2pFifoFromRank1 assumes (the defaults depend on the cores the ranks have).
+inline constexpr std::pair<const char*, const char*> kForgedShapes[] = {
+    {"PLAIT_SHM_STEPS", "8"},          {"PLAIT_SHM_STEP_BYTES", "128K"},     {"PLAIT_SHM_MESH_STEPS", "4"},
+    {"PLAIT_SHM_MESH_STEP_BYTES", "32K"}, {"PLAIT_SHM_P2P_STEPS", "8"},      {"PLAIT_SHM_P2P_STEP_BYTES", "64K"}};
 
 struct ForgedPair {
   std::string text;  // rank 0's status

@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -29,27 +28,9 @@ using namespace plait;
 
 namespace {
 
+using test::mappingOf;
+using test::p2pFifoFromRank1;
 using test::p2pTask;
-
-// Where this process mapped the shared segment created by `pid` (null if none).
-char* mappingOf(pid_t pid) {
-  std::ifstream maps("/proc/self/maps");
-  const std::string name = "/dev/shm/plait-" + std::to_string(pid) + "-";
-  for (std::string line; std::getline(maps, line);)
-    if (line.find(name) != std::string::npos) return reinterpret_cast<char*>(std::stoull(line, nullptr, 16));
-  return nullptr;
-}
-
-// Rank 0's point-to-point FIFO from rank 1, by ShmTransport's layout for two
-// local ranks, one channel and the shapes the test case sets.
-FifoControl* p2pFifoFromRank1(char* base) {
-  auto align = [](size_t v) { return (v + 4095) / 4096 * 4096; };
-  const size_t ring = align(FifoShape{8, 128 << 10}.totalBytes());
-  const size_t mesh = align(FifoShape{4, 32 << 10}.totalBytes());
-  const size_t line = align(sizeof(LineFifoMemory));
-  const size_t p2p = align(FifoShape{8, 64 << 10}.totalBytes());
-  return reinterpret_cast<FifoControl*>(base + 1 * ring + 2 * mesh + 4 * line + 1 * p2p);  // two line FIFOs per sender
-}
 
 int forger(const ncclUniqueId& id, pid_t victim) {
   Communicator comm(1, 2);
@@ -85,11 +66,7 @@ TEST_CASE("a local peer's forged single-copy descriptor fails the receive naming
   setenv("PLAIT_NCHANNELS", "1", 1);
   setenv("PLAIT_TIMEOUT", "10", 1);
   setenv("PLAIT_INIT_TIMEOUT", "20", 1);
-  // The shapes p2pFifoFromRank1 assumes (the defaults depend on the cores the ranks have).
-  const std::pair<const char*, const char*> shapes[] = {
-      {"PLAIT_SHM_STEPS", "8"},      {"PLAIT_SHM_STEP_BYTES", "128K"},    {"PLAIT_SHM_MESH_STEPS", "4"},
-      {"PLAIT_SHM_MESH_STEP_BYTES", "32K"}, {"PLAIT_SHM_P2P_STEPS", "8"}, {"PLAIT_SHM_P2P_STEP_BYTES", "64K"}};
-  for (const auto& [name, value] : shapes) setenv(name, value, 1);
+  for (const auto& [name, value] : test::kForgedShapes) setenv(name, value, 1);
   for (const char* v : {"PLAIT_HOSTID", "NCCL_HOSTID"}) unsetenv(v);
   config::resetAll();
   auto id = createUniqueId();
@@ -100,7 +77,7 @@ TEST_CASE("a local peer's forged single-copy descriptor fails the receive naming
   unsetenv("PLAIT_P2P_CMA");
   unsetenv("FORGE_PUT");
   unsetenv("PLAIT_NCHANNELS");
-  for (const auto& shape : shapes) unsetenv(shape.first);
+  for (const auto& shape : test::kForgedShapes) unsetenv(shape.first);
   config::resetAll();
   INFO("PLAIT_P2P_CMA=" << c.cma << (put ? ", write request" : ", read descriptor") << ": rank 0 status " << st0 << ", rank 1 status " << st1 << ": " << text);
   REQUIRE(WIFEXITED(st0));  // b3b9f8d: killed by SIGSEGV

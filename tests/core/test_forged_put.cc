@@ -15,7 +15,6 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -29,28 +28,12 @@ using namespace plait;
 
 namespace {
 
+using test::mappingOf;
+using test::p2pFifoFromRank1;
 using test::p2pTask;
 
 // The reply word's states (core/p2p.cc).
 constexpr uint64_t kWriting = 2, kRevoked = 3;
-
-char* mappingOf(pid_t pid) {
-  std::ifstream maps("/proc/self/maps");
-  const std::string name = "/dev/shm/plait-" + std::to_string(pid) + "-";
-  for (std::string line; std::getline(maps, line);)
-    if (line.find(name) != std::string::npos) return reinterpret_cast<char*>(std::stoull(line, nullptr, 16));
-  return nullptr;
-}
-
-// Rank 0's point-to-point FIFO from rank 1, for the shapes the test sets (as test_forged_local_descriptor).
-FifoControl* p2pFifoFromRank1(char* base) {
-  auto align = [](size_t v) { return (v + 4095) / 4096 * 4096; };
-  const size_t ring = align(FifoShape{8, 128 << 10}.totalBytes());
-  const size_t mesh = align(FifoShape{4, 32 << 10}.totalBytes());
-  const size_t line = align(sizeof(LineFifoMemory));
-  const size_t p2p = align(FifoShape{8, 64 << 10}.totalBytes());
-  return reinterpret_cast<FifoControl*>(base + 1 * ring + 2 * mesh + 4 * line + 1 * p2p);
-}
 
 // Rank 0: receives 4096 bytes from rank 1; its status text and how long the call took.
 int receiver(const ncclUniqueId& id, int out) {
@@ -108,10 +91,9 @@ TEST_CASE("a write request answered and then not finished: the receiver's call n
           "[p2p][forks]") {
   const bool claim = GENERATE(false, true);
   const std::pair<const char*, const char*> settings[] = {
-      {"PLAIT_NCHANNELS", "1"},           {"PLAIT_TIMEOUT", "1"},           {"PLAIT_INIT_TIMEOUT", "20"},
-      {"PLAIT_SHM_STEPS", "8"},           {"PLAIT_SHM_STEP_BYTES", "128K"}, {"PLAIT_SHM_MESH_STEPS", "4"},
-      {"PLAIT_SHM_MESH_STEP_BYTES", "32K"}, {"PLAIT_SHM_P2P_STEPS", "8"},   {"PLAIT_SHM_P2P_STEP_BYTES", "64K"}};
+      {"PLAIT_NCHANNELS", "1"}, {"PLAIT_TIMEOUT", "1"}, {"PLAIT_INIT_TIMEOUT", "20"}};
   for (const auto& [name, value] : settings) setenv(name, value, 1);
+  for (const auto& [name, value] : test::kForgedShapes) setenv(name, value, 1);
   if (claim) setenv("FORGE_CLAIM", "1", 1);
   for (const char* v : {"PLAIT_HOSTID", "NCCL_HOSTID"}) unsetenv(v);
   config::resetAll();
@@ -119,6 +101,7 @@ TEST_CASE("a write request answered and then not finished: the receiver's call n
   test::ForgedPair r;
   if (id.isOk()) r = test::runForgedPair(id.value(), receiver, forger);
   for (const auto& setting : settings) unsetenv(setting.first);
+  for (const auto& shape : test::kForgedShapes) unsetenv(shape.first);
   unsetenv("FORGE_CLAIM");
   config::resetAll();
   REQUIRE(id.isOk());
