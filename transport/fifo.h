@@ -303,6 +303,10 @@ class FifoReceiver {
     return AtomicRef<uint64_t>(ctrl_->reply[step % static_cast<uint64_t>(shape_.nSteps)])
         .compare_exchange_strong(expected, value, mo::acqRel, mo::acquire);
   }
+  // Step `step`'s reply word as it is now.
+  uint64_t replyOf(uint64_t step) const {
+    return AtomicRef<uint64_t>(ctrl_->reply[step % static_cast<uint64_t>(shape_.nSteps)]).load(mo::acquire);
+  }
 
   // Gives up, like FifoSender::abort(): every later wait on either end fails.
   // Any thread, any time; never blocks; idempotent.

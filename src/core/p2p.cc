@@ -37,11 +37,14 @@ constexpr uint64_t kPut = kStepPut;                // a single-copy write: its r
 // A write request's reply word (FifoControl::reply): 0 unanswered, then the
 // receiver's buffer address (answered) or kPutWithdrawn (by the sender); an
 // answer then becomes kPutWriting (the sender writes) or kPutRevoked (the
-// receiver's batch failed first: the sender must not write). Addresses are
-// never below 4096 (cmaWrite refuses the first page).
+// receiver's batch failed first: the sender must not write), and writing
+// becomes kPutDone once the sender will touch the buffer no more (before its
+// report, or when its own batch ends early). Addresses are never below 4096
+// (cmaWrite refuses the first page).
 constexpr uint64_t kPutWithdrawn = 1;
 constexpr uint64_t kPutWriting = 2;
 constexpr uint64_t kPutRevoked = 3;
+constexpr uint64_t kPutDone = 4;
 constexpr uint64_t kPutFirstAddress = 4096;
 constexpr size_t kCmaChunk = size_t(4) << 20;        // bytes read per pass, so other peers progress too
 
@@ -144,6 +147,7 @@ struct PeerQueues {
   uint64_t putStep = 0;      // the front send's write request is step putStep - 1, not yet answered
   uint64_t putAddr = 0;      // where the front send's write goes (the peer's answer)
   int putErr = 0;            // the front send's write failed (errno; ECANCELED: the peer gave it up)
+  uint64_t putClaim = 0;     // the claimed write's request is step putClaim - 1, until it is marked done
   uint64_t putGiveUpNs = 0;  // when the request is withdrawn if still unanswered
   std::vector<Message> lineSends, lineRecvs;
   size_t nextLineSend = 0, nextLineRecv = 0;
@@ -159,7 +163,7 @@ struct PeerQueues {
     lineSends.clear();
     lineRecvs.clear();
     nextSend = nextRecv = nextLineSend = nextLineRecv = 0;
-    ackStep = putStep = 0;
+    ackStep = putStep = putClaim = 0;
     putErr = 0;
   }
 };
@@ -185,7 +189,8 @@ class P2pBatch {
  public:
   // cma: local peers may read this process's memory (large messages go by rendezvous).
   // pids: every rank's process id as the bootstrap reported it at connection time.
-  P2pBatch(ShmTransport& shm, int rank, int nranks, bool cma, const std::vector<int>& pids, uint64_t putWaitNs)
+  P2pBatch(ShmTransport& shm, int rank, int nranks, bool cma, const std::vector<int>& pids, uint64_t putWaitNs,
+           int64_t timeoutMs)
       : shm_(shm),
         rank_(rank),
         nranks_(nranks),
@@ -195,7 +200,8 @@ class P2pBatch {
         pids_(pids),
         cma_(cma),
         cmaMin_(cma ? static_cast<size_t>(kCmaMinBytes.get()) : 0),
-        putWaitNs_(putWaitNs) {
+        putWaitNs_(putWaitNs),
+        timeoutMs_(timeoutMs) {
     storage_.busy = true;
     if (peers_.size() < static_cast<size_t>(nranks)) peers_.resize(nranks);
     for (int p = 0; p < nranks; ++p) peers_[p].reset();
@@ -257,9 +263,10 @@ class P2pBatch {
     const uint64_t need = (m.bytes + step - 1) / step;
     return pids_[m.peer] > 0 && nSteps >= 2 && (need + 1 <= nSteps || need > nSteps);
   }
-  // After a failure: no peer may still write into a receive buffer once the
-  // batch is gone (the destructor).
+  // After a failure (the destructor): this rank's claimed writes are marked
+  // done, and no peer may still write into our receive buffers.
   void settleWrites();
+  void endPut(PeerQueues& q, int peer);
   Status receivePut(int peer, FifoReceiver* fifo, Message& m, const char* slot, uint64_t word);
   Status answerPuts();
   bool finished();
@@ -276,7 +283,7 @@ class P2pBatch {
   bool cma_;       // cross-memory attach agreed between the local ranks
   size_t cmaMin_;  // 0: no rendezvous
   uint64_t putWaitNs_;  // how long a write request waits for its answer
-  int64_t timeoutMs_ = -1;  // run()'s, for settleWrites()
+  int64_t timeoutMs_;   // the communicator's, bounding settleWrites()
   bool posted_ = false;
 };
 
@@ -524,6 +531,8 @@ Status P2pBatch::pumpPut(FifoSender* fifo, PeerQueues& q, Message& m, bool* move
     if (seen < kPutFirstAddress || !fifo->replaceReply(q.putStep - 1, &seen, kPutWriting)) {
       q.putErr = ECANCELED;
       m.done = m.bytes;
+    } else {
+      q.putClaim = q.putStep;
     }
     q.putAddr = seen;
     q.putStep = 0;
@@ -540,6 +549,7 @@ Status P2pBatch::pumpPut(FifoSender* fifo, PeerQueues& q, Message& m, bool* move
     *moved = true;
     if (m.done < m.bytes) return Status::ok();
   }
+  endPut(q, m.peer);
   // The report, after a failed write too, so the peer fails at once. Its step
   // is free once the receiver has released the request's (mayPut: 2 steps).
   char* slot = fifo->tryAcquire();
@@ -604,21 +614,36 @@ Status P2pBatch::answerPuts() {
   return Status::ok();
 }
 
+// Marks this rank's claimed write to `peer` done: it touches the peer's
+// buffer no more.
+void P2pBatch::endPut(PeerQueues& q, int peer) {
+  if (q.putClaim == 0) return;
+  uint64_t writing = kPutWriting;
+  shm_.p2pSend(peer)->replaceReply(q.putClaim - 1, &writing, kPutDone);
+  q.putClaim = 0;
+}
+
 void P2pBatch::settleWrites() {
+  // Our own writes first (a peer may wait for them), then every answer we
+  // gave is revoked in one pass; those whose sender had claimed them are
+  // waited for, together, until each is done (not merely aborted: an abort
+  // does not stop a write under way), its sender is gone, or the deadline.
+  for (int p = 0; p < nranks_; ++p)
+    if (p != rank_) endPut(peers_[p], p);
+  std::vector<int> writing;
   for (int p = 0; p < nranks_; ++p) {
-    PeerQueues& q = peers_[p];
+    const PeerQueues& q = peers_[p];
     if (p == rank_ || q.nextRecv >= q.recvs.size() || !q.recvs[q.nextRecv].put) continue;
     const Message& m = q.recvs[q.nextRecv];
+    if (!shm_.p2pRecv(p)->replaceReply(m.request, reinterpret_cast<uint64_t>(m.dst), kPutRevoked))
+      writing.push_back(p);
+  }
+  if (writing.empty()) return;
+  const Deadline until = Deadline::afterMs(timeoutMs_ >= 0 ? std::min<int64_t>(timeoutMs_, 10000) : 10000);
+  for (int p : writing) {
+    const Message& m = peers_[p].recvs[peers_[p].nextRecv];
     FifoReceiver* fifo = shm_.p2pRecv(p);
-    if (fifo->replaceReply(m.request, reinterpret_cast<uint64_t>(m.dst), kPutRevoked)) continue;  // never written
-    // The sender is writing: wait for its report (or its end), within the
-    // communicator's timeout and at most 10 s, so that no write lands in a
-    // buffer the caller has got back.
-    const int64_t ms = timeoutMs_ >= 0 ? std::min<int64_t>(timeoutMs_, 10000) : 10000;
-    const Deadline until = Deadline::afterMs(ms);
-    size_t got = 0;
-    while (fifo->tryAcquire(&got) == nullptr && !fifo->peerAborted() && !until.expired() &&
-           (pids_[p] <= 0 || processAlive(pids_[p])))
+    while (fifo->replyOf(m.request) == kPutWriting && !until.expired() && (pids_[p] <= 0 || processAlive(pids_[p])))
       usleep(20);
   }
 }
@@ -715,7 +740,6 @@ Status P2pBatch::run(const WaitContext& base) {
   const std::vector<int>& pids = pids_;
   if (!posted_) PLAIT_RETURN_IF_ERROR(post());
   const int64_t timeoutMs = base.waitTimeoutMs;
-  timeoutMs_ = timeoutMs;
   Deadline deadline = timeoutMs >= 0 ? Deadline::afterMs(timeoutMs) : Deadline::never();
   while (!finished()) {
     bool moved = false;
@@ -788,8 +812,10 @@ Status P2pBatch::run(const WaitContext& base) {
     ctx.waitTimeoutMs = 100;
     ctx.deadline = waitUntilDeadline;
     Status s = waitUntil([this] { return anyReady(); }, word, sleepers, ctx);
-    if (s.isOk() || (!deadline.expired() && waitUntilDeadline.expired())) continue;  // ok, or a request to withdraw
+    if (s.isOk()) continue;
     if (ctx.abortFlag && ctx.abortFlag->load(std::memory_order_acquire)) return s;
+    const bool timedOut = s.code() == Code::kRemoteError && s.message().find("timed out") != std::string::npos;
+    if (timedOut && !deadline.expired() && waitUntilDeadline.expired()) continue;  // a request to withdraw
     if (deadline.expired())
       return remoteError("timed out after " + std::to_string(timeoutMs) +
                          " ms without progress on point-to-point operations; pending: " + pendingText());
@@ -799,7 +825,7 @@ Status P2pBatch::run(const WaitContext& base) {
         return remoteError("rank " + std::to_string(p) + " (pid " + std::to_string(pids[p]) +
                            ") died during point-to-point operations");
     }
-    if (s.code() != Code::kRemoteError || s.message().find("timed out") == std::string::npos) return s;
+    if (!timedOut) return s;
   }
   return Status::ok();
 }
@@ -889,7 +915,7 @@ Status Communicator::runLineP2p(const Task& t) {
 // group's other operations (runGroup), which a peer may be running ahead of
 // its own share of the batch.
 Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Status()>& first, bool firstWaits) {
-  P2pBatch batch(*shm_, rank_, nranks_, cma_, pids_, static_cast<uint64_t>(kPutWaitUs.get()) * 1000);
+  P2pBatch batch(*shm_, rank_, nranks_, cma_, pids_, static_cast<uint64_t>(kPutWaitUs.get()) * 1000, timeoutMs_);
   const int64_t scatterCmaMin = kScatterCmaMinBytes.get() * (oversubscribed_ ? 2 : 1);
   const int64_t scatterCmaMax = kScatterCmaMaxBytes.get();
   // A write needs its sender in the loop until it is answered: not while a

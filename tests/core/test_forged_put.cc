@@ -6,15 +6,20 @@
 //   - it never writes: rank 0's receive times out, and before its call
 //     returns it revokes the answer (the word says so: a write would now be
 //     refused), or
-//   - it claims the answer ("writing") and reports only 1.5 s later: rank 0's
-//     receive times out after 1 s, but its call returns only after the
-//     report, so nothing can land in a buffer the caller has got back.
+//   - it claims the answer ("writing") and marks it done only 1.5 s later:
+//     rank 0's receive times out after 1 s, but its call returns only after
+//     the mark, so nothing can land in a buffer the caller has got back;
+//   - the same with rank 1's end of the FIFO marked aborted at once, as
+//     ncclCommAbort would (an abort does not stop a write under way), and the
+//     mark 0.5 s later.
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -33,7 +38,14 @@ using test::p2pFifoFromRank1;
 using test::p2pTask;
 
 // The reply word's states (core/p2p.cc).
-constexpr uint64_t kWriting = 2, kRevoked = 3;
+constexpr uint64_t kWriting = 2, kRevoked = 3, kDone = 4;
+
+// In memory both forked ranks share: when rank 1 marked its write done, and
+// when rank 0's call returned (steady clock, ns).
+struct Times {
+  uint64_t done, returned;
+};
+Times* times = nullptr;
 
 // Rank 0: receives 4096 bytes from rank 1; its status text and how long the call took.
 int receiver(const ncclUniqueId& id, int out) {
@@ -44,7 +56,8 @@ int receiver(const ncclUniqueId& id, int out) {
     std::vector<char> buf(4096, 0);
     const uint64_t start = nowNs();
     s = comm.runGroup({p2pTask(CollType::kRecv, buf.data(), buf.size(), 1)});
-    ms = (nowNs() - start) / 1'000'000;
+    times->returned = nowNs();
+    ms = (times->returned - start) / 1'000'000;
   }
   const std::string text = std::to_string(ms) + " ms: " + s.toString();
   (void)!write(out, text.c_str(), text.size());
@@ -71,13 +84,19 @@ int forger(const ncclUniqueId& id, pid_t victim) {
   uint64_t answer = 0;
   while ((answer = AtomicRef<uint64_t>(ctrl->reply[0]).load(mo::acquire)) == 0 && !answerBy.expired()) usleep(100);
   if (answer < 4096) return 4;  // no address came
-  if (std::getenv("FORGE_CLAIM") == nullptr) {
+  const std::string mode = std::getenv("FORGE_MODE");
+  if (mode == "never") {
     const Deadline revokedBy = Deadline::afterMs(10000);
     while (AtomicRef<uint64_t>(ctrl->reply[0]).load(mo::acquire) != kRevoked && !revokedBy.expired()) usleep(1000);
     return AtomicRef<uint64_t>(ctrl->reply[0]).load(mo::acquire) == kRevoked ? 0 : 5;
   }
   if (!AtomicRef<uint64_t>(ctrl->reply[0]).compare_exchange_strong(answer, kWriting)) return 6;
-  usleep(1500 * 1000);
+  if (mode == "abort") AtomicRef<uint32_t>(ctrl->senderAborted).store(1, mo::release);
+  // Past rank 0's 1 s timeout; with the abort, rank 0 fails at once and
+  // waits for the mark at most its timeout.
+  usleep((mode == "abort" ? 500 : 1500) * 1000);
+  times->done = nowNs();
+  AtomicRef<uint64_t>(ctrl->reply[0]).store(kDone, mo::release);
   const int64_t report = 0;
   std::memcpy(steps + (64 << 10), &report, sizeof report);
   ctrl->stepBytes[1] = sizeof report | kStepLast | kStepPut;
@@ -89,12 +108,15 @@ int forger(const ncclUniqueId& id, pid_t victim) {
 
 TEST_CASE("a write request answered and then not finished: the receiver's call never returns under a write",
           "[p2p][forks]") {
-  const bool claim = GENERATE(false, true);
+  const std::string mode = GENERATE("never", "claim", "abort");
+  void* shared = mmap(nullptr, sizeof(Times), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(shared != MAP_FAILED);
+  times = new (shared) Times{0, 0};
   const std::pair<const char*, const char*> settings[] = {
       {"PLAIT_NCHANNELS", "1"}, {"PLAIT_TIMEOUT", "1"}, {"PLAIT_INIT_TIMEOUT", "20"}};
   for (const auto& [name, value] : settings) setenv(name, value, 1);
   for (const auto& [name, value] : test::kForgedShapes) setenv(name, value, 1);
-  if (claim) setenv("FORGE_CLAIM", "1", 1);
+  setenv("FORGE_MODE", mode.c_str(), 1);
   for (const char* v : {"PLAIT_HOSTID", "NCCL_HOSTID"}) unsetenv(v);
   config::resetAll();
   auto id = createUniqueId();
@@ -102,15 +124,19 @@ TEST_CASE("a write request answered and then not finished: the receiver's call n
   if (id.isOk()) r = test::runForgedPair(id.value(), receiver, forger);
   for (const auto& setting : settings) unsetenv(setting.first);
   for (const auto& shape : test::kForgedShapes) unsetenv(shape.first);
-  unsetenv("FORGE_CLAIM");
+  unsetenv("FORGE_MODE");
+  const Times seen = *times;
+  munmap(shared, sizeof(Times));
   config::resetAll();
   REQUIRE(id.isOk());
-  INFO((claim ? "claimed, reported late" : "never written") << ": rank 0 status " << r.status0 << ", rank 1 status "
-                                                            << r.status1 << ": " << r.text);
+  INFO(mode << ": rank 0 status " << r.status0 << ", rank 1 status " << r.status1 << ": " << r.text);
   REQUIRE(WIFEXITED(r.status1));
   // 4: no answer (cross-memory attach not agreed here: nothing to test), 5: not revoked, 6: revoked at once.
   if (WEXITSTATUS(r.status1) == 4 && r.text.find("not agreed") != std::string::npos) return;
   CHECK(WEXITSTATUS(r.status1) == 0);
   CHECK_THAT(r.text, Catch::Contains("RemoteError"));
-  if (claim) CHECK(std::stoull(r.text) >= 1400);  // returned only after the late report
+  if (mode != "never") {
+    CHECK(seen.done != 0);
+    CHECK(seen.returned >= seen.done);  // returned only after the write was marked done
+  }
 }

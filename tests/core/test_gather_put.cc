@@ -115,21 +115,28 @@ struct Settings {
   Settings& operator=(const Settings&) = delete;
 };
 
-// Whether this process may write into a child's memory (the ranks' probe at
-// init decides the same way: without it every block goes through the FIFOs).
+// Whether one forked process may write into another's memory, as the ranks
+// (siblings) would: the ranks' probe at init decides the same way, and
+// without it every block goes through the FIFOs. (A parent may write into its
+// child where siblings may not: Yama's ptrace_scope 1.)
 bool crossMemoryAttachPermitted() {
   static uint64_t word = 0;
-  const pid_t child = fork();
-  if (child == 0) {
-    usleep(2000 * 1000);
-    _exit(word == 7 ? 0 : 1);
+  const pid_t target = fork();
+  if (target == 0) {
+    const Deadline until = Deadline::afterMs(5000);
+    while (AtomicRef<uint64_t>(word).load(mo::acquire) != 7 && !until.expired()) usleep(1000);
+    _exit(AtomicRef<uint64_t>(word).load(mo::acquire) == 7 ? 0 : 1);
   }
-  const uint64_t seven = 7;
-  const bool ok = cmaWrite(child, reinterpret_cast<uint64_t>(&word), &seven, sizeof seven) == 0;
-  if (!ok) kill(child, SIGKILL);
-  int status = 0;
-  waitpid(child, &status, 0);
-  return ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  const pid_t writer = fork();
+  if (writer == 0) {
+    const uint64_t seven = 7;
+    _exit(cmaWrite(target, reinterpret_cast<uint64_t>(&word), &seven, sizeof seven) == 0 ? 0 : 1);
+  }
+  int wrote = 0, got = 0;
+  waitpid(writer, &wrote, 0);
+  if (!WIFEXITED(wrote) || WEXITSTATUS(wrote) != 0) kill(target, SIGKILL);
+  waitpid(target, &got, 0);
+  return WIFEXITED(wrote) && WEXITSTATUS(wrote) == 0 && WIFEXITED(got) && WEXITSTATUS(got) == 0;
 }
 
 }  // namespace
