@@ -1,5 +1,5 @@
 // A local peer that asks to write a message into rank 0's receive buffer and
-// then does not finish (issue 13's writes, core/p2p.cc). Two forked ranks;
+// then does not finish (issue 13's writes, core/p2p_batch.cc). Two forked ranks;
 // rank 1 posts a write request straight into rank 0's point-to-point FIFO
 // (as test_forged_local_descriptor does) and waits for rank 0's answer, the
 // buffer's address in the step's reply word. Then either
@@ -37,7 +37,7 @@ using test::mappingOf;
 using test::p2pFifoFromRank1;
 using test::p2pTask;
 
-// The reply word's states (core/p2p.cc).
+// The reply word's states (core/p2p_batch.cc).
 constexpr uint64_t kWriting = 2, kRevoked = 3, kDone = 4;
 
 // In memory both forked ranks share: when rank 1 marked its write done, and

@@ -1,5 +1,5 @@
 // Gather's blocks written into the root's buffer by their senders (core/
-// p2p.cc: a write request, the root's answer, process_vm_writev, the report).
+// p2p_batch.cc: a write request, the root's answer, process_vm_writev, the report).
 // Two forked ranks; the root's block for rank 1 lies in a page it may only
 // read. Through the FIFOs the root's own copy would fault there; by the
 // write, the sender's system call fails, it reports the errno, and both
