@@ -58,9 +58,9 @@ struct alignas(64) FifoControl {
   alignas(64) uint32_t senderAborted;              // non-zero: the sender aborted; receiver waits fail
   uint32_t receiverAborted;                        // non-zero: the receiver aborted; sender waits fail
   alignas(64) uint64_t stepBytes[kMaxFifoSteps];   // bytes in each posted step, written before tail
-  // A word per step for an answer from the receiver (core/p2p.cc: where a
+  // A word per step for an answer from the receiver (core/p2p_batch.cc: where a
   // single-copy write goes): the sender zeroes it before posting the step,
-  // then both ends move it on by compare-and-swap (p2p.cc's states), so the
+  // then both ends move it on by compare-and-swap (p2p_batch.cc's states), so the
   // first to act wins. A word belongs to one step until the sender posts
   // into that step's buffer again.
   alignas(64) uint64_t reply[kMaxFifoSteps];
@@ -72,7 +72,7 @@ static_assert(sizeof(FifoControl) <= kFifoControlBytes);
 constexpr size_t kMaxFifoStepBytes = size_t(1) << 30;
 
 // A step's size word: the payload bytes in the low 48 bits, protocol flags
-// above them. Only core/p2p.cc sets flags: kStepLast ends a message, and
+// above them. Only core/p2p_batch.cc sets flags: kStepLast ends a message, and
 // kStepRendezvous marks a single-copy descriptor, which only a local peer
 // whose connection agreed on cross-memory attach may send (never over a
 // network: the proxy refuses any word with it). kStepPut marks the two steps

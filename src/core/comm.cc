@@ -70,10 +70,12 @@ PLAIT_PARAM_INT(kMeshMaxRanks, "SHM_MESH_MAX_RANKS", kHostShmDefaults.meshMaxRan
 // and AlltoAll messages from 16 KiB (P2P_CMA_MIN_BYTES) take 0.45-0.8x the
 // time up to 1 MiB, 0.7-1.0x above (perf/host/p2p_cma.sh, 2 and 4 ranks);
 // AlltoAll only where each local rank has a core (PLAIT_ALLTOALL_CMA below).
-// Gather keeps the FIFO, Scatter uses it for mid-size blocks (src/core/p2p.cc).
+// Scatter uses it for mid-size blocks, and Gather's mid-size blocks (AlltoAll's
+// where ranks share cores) are written by their senders instead (src/core/p2p.cc).
 PLAIT_PARAM_INT(kP2pCma, "P2P_CMA", 1,
                 "1: point-to-point messages between local processes from P2P_CMA_MIN_BYTES up are read in place "
-                "with process_vm_readv (single copy) where the system permits it; 0: always through the FIFO");
+                "with process_vm_readv (single copy), or written with process_vm_writev (PLAIT_P2P_PUT_*), where "
+                "the system permits it; 0: always through the FIFO");
 
 // AlltoAll's single copies tie a rank's call to its peers: it ends only once
 // every peer has read its buffer, and with two ranks per core that waits for

@@ -26,7 +26,9 @@
 
 namespace plait::p2p {
 
-struct RendezvousDescriptor;
+struct RendezvousDescriptor;  // p2p_batch.cc
+
+// One message of the batch: a send or a receive, and how far it got.
 struct Message {
   int peer = 0;
   const char* src = nullptr;  // sends

@@ -13,7 +13,7 @@
 // Flow control is the FIFO depth: a step is only sent when the schedule
 // posted it, and only received into when the schedule released it. Ring
 // connectors carry payload sizes only; point-to-point connectors also carry
-// the step's full size word (core/p2p.cc marks a message's last step in it)
+// the step's full size word (core/p2p_batch.cc marks a message's last step in it)
 // as a second 8-byte message per step.
 //
 // Failures: when the network reports an error on a connector (connection
