@@ -2,6 +2,7 @@
 // (AlltoAll, Gather, Scatter): each call or group becomes one batch of
 // messages (core/p2p_batch.h), small blocks go through the line FIFOs.
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 

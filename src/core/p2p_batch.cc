@@ -77,7 +77,7 @@ struct RendezvousDescriptor {
 };
 
 P2pBatch::P2pBatch(ShmTransport& shm, int rank, int nranks, bool cma, const std::vector<int>& pids, uint64_t putWaitNs,
-         int64_t timeoutMs)
+                   int64_t timeoutMs)
     : shm_(shm),
       rank_(rank),
       nranks_(nranks),
