@@ -67,6 +67,23 @@ inline FifoControl* p2pFifoFromRank1(char* base) {
   return reinterpret_cast<FifoControl*>(base + 1 * ring + 2 * mesh + 4 * line + 1 * p2p);  // two line FIFOs per sender
 }
 
+// For rank 1 (once initialised): rank 0's point-to-point FIFO from it, in
+// *ctrl, while nothing was sent through it yet (the layout guess is right
+// only on an untouched FIFO). Returns 0, or an exit code: 2 no mapping of
+// rank 0's segment, 3 the FIFO was used.
+inline int untouchedFifoFromRank1(pid_t rank0, FifoControl** ctrl) {
+  char* base = mappingOf(rank0);
+  if (base == nullptr) return 2;
+  *ctrl = p2pFifoFromRank1(base);
+  return AtomicRef<uint64_t>((*ctrl)->tail).load(mo::acquire) == 0 ? 0 : 3;
+}
+
+// A single-copy descriptor as core/p2p_batch.cc lays it out.
+struct ForgedDescriptor {
+  uint64_t bytes, addr;
+  int32_t pid, reserved;
+};
+
 // The FIFO shapes p2pFifoFromRank1 assumes (the defaults depend on the cores the ranks have).
 inline constexpr std::pair<const char*, const char*> kForgedShapes[] = {
     {"PLAIT_SHM_STEPS", "8"},          {"PLAIT_SHM_STEP_BYTES", "128K"},     {"PLAIT_SHM_MESH_STEPS", "4"},

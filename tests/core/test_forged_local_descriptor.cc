@@ -28,22 +28,14 @@ using namespace plait;
 
 namespace {
 
-using test::mappingOf;
-using test::p2pFifoFromRank1;
 using test::p2pTask;
 
 int forger(const ncclUniqueId& id, pid_t victim) {
   Communicator comm(1, 2);
   if (!comm.init(id, CommOptions{}).isOk()) return 1;
-  char* base = mappingOf(victim);
-  if (base == nullptr) return 2;
-  FifoControl* ctrl = p2pFifoFromRank1(base);
-  const uint64_t tail = AtomicRef<uint64_t>(ctrl->tail).load(mo::acquire);
-  if (tail != 0) return 3;  // nothing was sent yet: the layout guess is right only on an untouched FIFO
-  struct {
-    uint64_t bytes, addr;
-    int32_t pid, reserved;
-  } d{4096, 0x10, static_cast<int32_t>(victim), 0};
+  FifoControl* ctrl = nullptr;
+  if (const int code = test::untouchedFifoFromRank1(victim, &ctrl); code != 0) return code;
+  const test::ForgedDescriptor d{4096, 0x10, static_cast<int32_t>(victim), 0};
   std::memcpy(reinterpret_cast<char*>(ctrl) + kFifoControlBytes, &d, sizeof d);
   ctrl->stepBytes[0] = sizeof d | kStepLast | (std::getenv("FORGE_PUT") ? kStepPut : kStepRendezvous);
   AtomicRef<uint64_t>(ctrl->tail).store(1, mo::release);

@@ -33,8 +33,6 @@ using namespace plait;
 
 namespace {
 
-using test::mappingOf;
-using test::p2pFifoFromRank1;
 using test::p2pTask;
 
 // The reply word's states (core/p2p_batch.cc).
@@ -67,14 +65,9 @@ int receiver(const ncclUniqueId& id, int out) {
 int forger(const ncclUniqueId& id, pid_t victim) {
   Communicator comm(1, 2);
   if (!comm.init(id, CommOptions{}).isOk()) return 1;
-  char* base = mappingOf(victim);
-  if (base == nullptr) return 2;
-  FifoControl* ctrl = p2pFifoFromRank1(base);
-  if (AtomicRef<uint64_t>(ctrl->tail).load(mo::acquire) != 0) return 3;
-  struct {
-    uint64_t bytes, addr;
-    int32_t pid, reserved;
-  } d{4096, 0, static_cast<int32_t>(getpid()), 0};
+  FifoControl* ctrl = nullptr;
+  if (const int code = test::untouchedFifoFromRank1(victim, &ctrl); code != 0) return code;
+  const test::ForgedDescriptor d{4096, 0, static_cast<int32_t>(getpid()), 0};
   char* steps = reinterpret_cast<char*>(ctrl) + kFifoControlBytes;
   std::memcpy(steps, &d, sizeof d);
   AtomicRef<uint64_t>(ctrl->reply[0]).store(0, mo::relaxed);
