@@ -11,6 +11,7 @@
 # (perf/results/host/windows.md): before each run it waits until
 # cacheline_rtt reads below N ns, and a run after which it reads N or more
 # is run again (up to 3 times); the number of reruns is printed at the end.
+# INTERLEAVE_IN_PLACE=1 tabulates the in-place times instead (perf/host/medians.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=$1 ROUNDS=$2 CONFIGS=$3 TOOLS=$4 SWEEP=$5 NAME=$6

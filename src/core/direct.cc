@@ -393,18 +393,23 @@ Result<bool> DirectPath::exchange(const Task& task) {
   const CmaOffer offer = cmaOffer(task);
   const bool rule = offer.rule, adaptive = offer.adaptive;
   const size_t largest = offer.largest;
-  if (adaptive && !chooser_) {  // the first call that may choose (about 18 KB of figures)
+  if (adaptive && !chooser_) {  // the first call that may choose (about 77 KB of figures)
     chooser_ = std::make_unique<PathChooser>(exploreNs_);
     if (nranks_ == 2) stage_.resize(chunkBytes_ * 2);  // reductions may then go by CMA on any call
   }
-  const int decider = rooted(task.coll) ? task.root : 0;
+  const int decider = deciderOf(task);
   const bool choosing = adaptive && rank_ == decider;
   if (choosing) measureStart_ = nowNs();  // the call is timed from its vote (record())
-  if (choosing ? chooser_->choose(static_cast<int>(task.coll), largest, rule, measureStart_) : !adaptive && rule)
+  const int kind = PathChooser::kindOf(static_cast<int>(task.coll), task.sendbuff == task.recvbuff);
+  if (choosing ? chooser_->choose(kind, largest, rule, measureStart_) : !adaptive && rule)
     mine.shape |= kShapeVoteCma;
   const bool cmaOffered = adaptive || rule;
   if (me.send) mine.send = describe(task.sendbuff, me.sendBytes, cmaOffered);
   if (me.recv) mine.recv = describe(task.recvbuff, me.recvBytes, cmaOffered);
+  // Broadcast: an in-place root may write a share of the receivers' outputs
+  // (rootWritesShare); its own output says whether it is in place.
+  if (task.coll == CollType::kBroadcast)
+    mine.recv = describe(task.recvbuff, task.count * typeSize(task.type), cmaOffered);
   // In place, peers would read blocks of this rank's input it overwrites.
   if (alltoall && task.sendbuff == task.recvbuff) mine.send.fd = kNone;
   for (int p = 0; p < nranks_; ++p)
@@ -441,27 +446,54 @@ Result<bool> DirectPath::exchange(const Task& task) {
       return false;
     }
   }
+  rootWrites_ = task.coll == CollType::kBroadcast && rootWritesShare(task.root, useCma);
   // Every buffer is registered or open to cross-memory attach; the choice
   // between the latter and the FIFOs is timed (record()).
   if (anyCma && choosing) {
     measuring_ = true;
     measuredCma_ = useCma;
     measuredBytes_ = largest;
-    measuredColl_ = static_cast<int>(task.coll);
+    measuredKind_ = kind;
   }
   if (anyCma && !useCma) {
     logOnce(task, false, "the FIFOs were chosen over cross-memory attach");
     return false;
   }
-  logOnce(task, true, anyCma ? " by cross-memory attach" : "");
+  logOnce(task, true, anyCma ? (rootWrites_ ? " by cross-memory attach, the root writing a share" : " by cross-memory attach")
+                              : (rootWrites_ ? " (the root writing a share)" : ""));
   return true;
+}
+
+// From the descriptors alone, so every rank reaches the same answer: the
+// root's output is its input (the same buffer described twice) and every
+// receiver's output is mapped or, where cross-memory attach was chosen, open
+// to it.
+bool DirectPath::rootWritesShare(int root, bool useCma) const {
+  const BufferRef& in = descs_[root].send;
+  const BufferRef& out = descs_[root].recv;
+  if (in.fd == kNone || in.fd != out.fd || in.where != out.where || in.generation != out.generation) return false;
+  for (int p = 0; p < nranks_; ++p) {
+    const int32_t fd = descs_[p].recv.fd;
+    if (p != root && (fd == kNone || (fd == kCma && !useCma))) return false;
+  }
+  return true;
+}
+
+// The rank whose call spans the whole operation on either path, so that its
+// timings compare the two: rank 0; the root of a Reduce or a Gather (it
+// receives last); the last receiver of a Broadcast or a Scatter, whose root
+// returns from a FIFO call once its data is in the FIFOs (that call then
+// looks cheap and the next call, whichever path it takes, pays its cost).
+int DirectPath::deciderOf(const Task& task) const {
+  if (task.coll == CollType::kBroadcast || task.coll == CollType::kScatter) return (task.root + nranks_ - 1) % nranks_;
+  return rooted(task.coll) ? task.root : 0;
 }
 
 void DirectPath::record() {
   if (!measuring_) return;
   measuring_ = false;
   const uint64_t now = nowNs();
-  chooser_->record(measuredColl_, measuredBytes_, measuredCma_, now - measureStart_, now);
+  chooser_->record(measuredKind_, measuredBytes_, measuredCma_, now - measureStart_, now);
 }
 
 // The address of every buffer this rank touches, in its own address space.
@@ -482,8 +514,8 @@ Status DirectPath::resolve(const Task& task) {
       sends_[p] = s;
       sendCma_[p] = descs_[p].send.fd == kCma;
     }
-    if (u.recv) {
-      PLAIT_ASSIGN_OR_RETURN(char* r, peerAddress(p, descs_[p].recv, u.recvBytes));
+    if (u.recv || (rootWrites_ && rank_ == task.root)) {
+      PLAIT_ASSIGN_OR_RETURN(char* r, peerAddress(p, descs_[p].recv, u.recv ? u.recvBytes : task.count * typeSize(task.type)));
       recvs_[p] = r;
       recvCma_[p] = descs_[p].recv.fd == kCma;
     }

@@ -35,7 +35,11 @@
 // of every input into its own output. AllGather: each rank copies every
 // peer's input into its own output (pull) or its input into every peer's
 // output (push; PLAIT_DIRECT_ALLGATHER_PUSH). Broadcast and Scatter: each
-// rank copies (its block of) the root's input into its output. Gather: each
+// rank copies (its block of) the root's input into its output; an in-place
+// Broadcast's root, which has nothing to copy for itself, writes the last
+// n-th of every receiver's output while they read the rest, where every
+// receiver's output can be written (registered, or open to cross-memory
+// attach when that path was chosen). Gather: each
 // rank copies its input into its block of the root's output. AlltoAll: rank r
 // copies block r of every peer's input into its output; an in-place AlltoAll
 // falls back (peers would read blocks it overwrites). Only the buffers some
@@ -66,7 +70,8 @@
 //
 // Which one runs is measured (path_choice.h, PLAIT_DIRECT_CMA_ADAPT): for the
 // data movers at any rank count and the reductions at 2 ranks, one rank's
-// chooser (rank 0's, the root's for rooted collectives) votes in its
+// chooser (deciderOf: rank 0's, the root's of a Reduce or Gather, the last
+// receiver's of a Broadcast or Scatter) votes in its
 // descriptor, the thresholds above giving only the first calls' path, and
 // every rank follows that vote. The executor times the call (measuring(),
 // record()), whichever path ran it.
@@ -203,6 +208,10 @@ class DirectPath {
     size_t sendBytes = 0, recvBytes = 0;
   };
   Touched touched(const Task& task, int p) const;
+  // Broadcast: whether the root writes a share of the receivers' outputs.
+  bool rootWritesShare(int root, bool useCma) const;
+  // The rank whose vote between the FIFOs and cross-memory attach counts.
+  int deciderOf(const Task& task) const;
   // Whether the static rule sends this call by cross-memory attach, whether
   // the measured choice may, and the size the choice is made for.
   struct CmaOffer {
@@ -238,6 +247,7 @@ class DirectPath {
   // of the inputs each scaled and rounded by its own rank's scalar.
   void foldInto(const Task& task, size_t count, char* const* dsts, int nDsts, bool nonTemporal);
   Status allGather(const Task& task, bool push);
+  Status broadcast(const Task& task, bool stream);
   void copy(const Task& task, const char* src, char* dst, size_t count, bool nonTemporal) const;
 
   int rank_ = 0;
@@ -250,6 +260,7 @@ class DirectPath {
   size_t chunkBytes_ = 64 << 10;
   size_t streamBytes_ = SIZE_MAX;  // outputs at least this large use streaming stores
   bool gatherPush_ = false;
+  bool rootWrites_ = false;  // this operation's: an in-place Broadcast's root writes a share (exchange())
   ShmTransport* shm_ = nullptr;
   RegistrationTable registrations_;
   std::unique_ptr<PeerMappings> mappings_;
@@ -280,7 +291,7 @@ class DirectPath {
   uint64_t measureStart_ = 0;             // when this rank voted
   bool measuredCma_ = false;
   size_t measuredBytes_ = 0;
-  int measuredColl_ = 0;
+  int measuredKind_ = 0;                  // PathChooser::kindOf the measured call
   // Descriptor::shape's bit for the sender's vote: cross-memory attach.
   static constexpr uint32_t kShapeVoteCma = 1u << 23;
   int reproducible_ = 0;             // PLAIT_REPRODUCIBLE (core/reproducible.h)

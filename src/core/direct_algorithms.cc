@@ -12,6 +12,18 @@
 
 namespace plait {
 
+namespace {
+
+// Rank r's part of `count` elements: 64-byte aligned, the last ones shorter.
+std::pair<size_t, size_t> partOf(size_t count, size_t elem, int rank, int nranks) {
+  const size_t align = std::max<size_t>(1, 64 / elem);
+  const size_t perRank = ((count + nranks - 1) / nranks + align - 1) / align * align;
+  const size_t begin = std::min(count, perRank * rank);
+  return {begin, std::min(count, begin + perRank)};
+}
+
+}  // namespace
+
 Status DirectPath::execute(const Task& task) {
   switch (task.coll) {
     case CollType::kAllReduce: return allReduce(task);
@@ -27,8 +39,7 @@ Status DirectPath::execute(const Task& task) {
   const bool stream = b >= streamBytes_;
   const int root = task.root;
   switch (task.coll) {
-    case CollType::kBroadcast:  // pull the root's input
-      return transfer(task, root, false, sends_[root], recv, task.count, stream);
+    case CollType::kBroadcast: return broadcast(task, stream);
     case CollType::kScatter:  // pull this rank's block of the root's input
       return transfer(task, root, false, sends_[root] + b * rank_, recv, task.count, stream);
     case CollType::kGather:  // push the input into this rank's block of the root's output
@@ -42,6 +53,27 @@ Status DirectPath::execute(const Task& task) {
       return Status::ok();
     default: return Status::ok();
   }
+}
+
+// Each receiver pulls the root's input; where the root writes a share
+// (rootWrites_: in place, it has no copy of its own), the last of n parts of
+// every receiver's output is the root's to write and the rest the
+// receiver's to read, so every rank copies (n-1)/n of the bytes at once.
+Status DirectPath::broadcast(const Task& task, bool stream) {
+  const int root = task.root;
+  const size_t elem = typeSize(task.type);
+  const size_t cut = rootWrites_ ? partOf(task.count, elem, nranks_ - 1, nranks_).first : task.count;
+  if (rank_ != root) return transfer(task, root, false, sends_[root], recvs_[rank_], cut, stream);
+  const char* send = static_cast<const char*>(task.sendbuff);
+  if (!rootWrites_) {
+    copy(task, send, recvs_[rank_], task.count, stream);  // out of place: its own copy only
+    return Status::ok();
+  }
+  for (int k = 1; k < nranks_; ++k) {  // receivers in turn, starting after the root
+    const int p = (root + k) % nranks_;
+    PLAIT_RETURN_IF_ERROR(transfer(task, p, true, send + cut * elem, recvs_[p] + cut * elem, task.count - cut, stream));
+  }
+  return Status::ok();
 }
 
 Status DirectPath::transfer(const Task& task, int peer, bool toPeer, const char* src, char* dst, size_t count,
@@ -71,18 +103,6 @@ void DirectPath::copy(const Task& task, const char* src, char* dst, size_t count
   a.nonTemporal = nonTemporal;
   reduceCopyFn(task.type, RedOpKind::kSum)(RedOp{}, a);
 }
-
-namespace {
-
-// Rank r's part of `count` elements: 64-byte aligned, the last ones shorter.
-std::pair<size_t, size_t> partOf(size_t count, size_t elem, int rank, int nranks) {
-  const size_t align = std::max<size_t>(1, 64 / elem);
-  const size_t perRank = ((count + nranks - 1) / nranks + align - 1) / align * align;
-  const size_t begin = std::min(count, perRank * rank);
-  return {begin, std::min(count, begin + perRank)};
-}
-
-}  // namespace
 
 // Each rank's input chunk at byte `srcAt`, in this address space: where it
 // is mapped, or read by cross-memory attach into a staging slot of its own

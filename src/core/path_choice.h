@@ -12,12 +12,13 @@
 // not move (the same call: 600-850 us against 130-150). Which kind of window
 // a machine is in is not known in advance and changes within seconds.
 //
-// How: per collective and power-of-two size class, an estimate of each
-// path's time per byte, from this rank's own calls (the wall time of the
-// whole call, agreement included: the cheapest of its last three calls in a
-// row, so the path in use looks slow once it was slow three times running,
-// not for one call whose rank was descheduled; a path tried once per interval
-// is judged by that call, which leans the choice towards the path in use).
+// How: per collective (in place and out of place apart) and power-of-two
+// size class, an estimate of each path's time per byte, from this rank's own
+// calls (the wall time of the whole call, agreement included: the cheapest
+// of its last three calls in a row, so the path in use looks slow once it was
+// slow three times running, not for one call whose rank was descheduled; a
+// path tried once per interval is judged by that call, which leans the
+// choice towards the path in use).
 // The cheaper estimate wins; once per
 // exploration interval (PLAIT_DIRECT_CMA_EXPLORE_MS, or 50 times the other
 // path's estimated call where that is longer, up to 20 intervals) the other
@@ -30,9 +31,10 @@
 // touching its buffers' pages for the first time, and a single such figure
 // kept the slower path for the whole 100 ms).
 //
-// Only one rank's choice counts (rank 0's, the root's for rooted
-// collectives: the rank whose call spans the whole operation); it travels in
-// the direct path's descriptor, so every rank follows it.
+// Only one rank's choice counts (the rank whose call spans the whole
+// operation on both paths: rank 0's, the root's of a Reduce or a Gather, the
+// last receiver's of a Broadcast or a Scatter, DirectPath::deciderOf); it
+// travels in the direct path's descriptor, so every rank follows it.
 #pragma once
 
 #include <algorithm>
@@ -44,7 +46,14 @@ namespace plait {
 
 class PathChooser {
  public:
-  static constexpr int kColls = 10;  // CollType's values
+  // What a figure is kept apart by, besides its size class: the collective
+  // (CollType's values) and whether the deciding rank runs it in place
+  // (kinds kColls and up): an in-place Broadcast's root writes a share of the
+  // outputs (direct.h) and an in-place AllGather copies nothing locally, so
+  // the two forms cost differently on the same path. kindOf() makes the key.
+  static constexpr int kColls = 10;
+  static constexpr int kKinds = 2 * kColls;
+  static int kindOf(int coll, bool inPlace) { return (coll < 0 ? 0 : coll) % kColls + (inPlace ? kColls : 0); }
   // Size classes: bit_width(bytes), from 2^14 (nothing smaller reaches the
   // choice: the direct path starts at 16 KiB) up; larger sizes share the top one.
   static constexpr int kClasses = 32;
@@ -53,8 +62,8 @@ class PathChooser {
   explicit PathChooser(uint64_t exploreNs = 100'000'000) : exploreNs_(exploreNs) {}
 
   // true: cross-memory attach. `rule` is what the static thresholds say.
-  bool choose(int coll, size_t bytes, bool rule, uint64_t now) const {
-    const Class& c = classOf(coll, bytes);
+  bool choose(int kind, size_t bytes, bool rule, uint64_t now) const {
+    const Class& c = classOf(kind, bytes);
     const Estimate& fifo = c.path[0];
     const Estimate& cma = c.path[1];
     if (!fifo.valid && !cma.valid) return rule;
@@ -72,8 +81,8 @@ class PathChooser {
   }
 
   // What a call of `bytes` on path `cma` took, `elapsedNs` wall time.
-  void record(int coll, size_t bytes, bool cma, uint64_t elapsedNs, uint64_t now) {
-    Class& c = classOf(coll, bytes);
+  void record(int kind, size_t bytes, bool cma, uint64_t elapsedNs, uint64_t now) {
+    Class& c = classOf(kind, bytes);
     Estimate& e = c.path[cma];
     // A call on the path that is not the cheaper (or not yet known) was a
     // try; the next one is due an interval after it. (choose() does not mark
@@ -105,8 +114,8 @@ class PathChooser {
 
   // The estimates, for tests and the log: ns per byte, or a negative value
   // where there is none.
-  double estimate(int coll, size_t bytes, bool cma) const {
-    const Estimate& e = classOf(coll, bytes).path[cma];
+  double estimate(int kind, size_t bytes, bool cma) const {
+    const Estimate& e = classOf(kind, bytes).path[cma];
     return e.valid ? e.nsPerByte : -1.0;
   }
 
@@ -130,13 +139,13 @@ class PathChooser {
     const int bits = static_cast<int>(std::bit_width(bytes));
     return std::clamp(bits - kFirstClassBits, 0, kClasses - 1);
   }
-  Class& classOf(int coll, size_t bytes) { return classes_[(coll < 0 ? 0 : coll) % kColls][classIndex(bytes)]; }
-  const Class& classOf(int coll, size_t bytes) const {
-    return classes_[(coll < 0 ? 0 : coll) % kColls][classIndex(bytes)];
+  Class& classOf(int kind, size_t bytes) { return classes_[(kind < 0 ? 0 : kind) % kKinds][classIndex(bytes)]; }
+  const Class& classOf(int kind, size_t bytes) const {
+    return classes_[(kind < 0 ? 0 : kind) % kKinds][classIndex(bytes)];
   }
 
   uint64_t exploreNs_;
-  Class classes_[kColls][kClasses];
+  Class classes_[kKinds][kClasses];
 };
 
 }  // namespace plait

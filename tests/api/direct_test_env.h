@@ -51,14 +51,16 @@ class DirectTestEnv {
 
   // TRACE lines (one per rank and operation) saying `coll` ran direct
   // (direct true) or took the FIFO path.
-  int count(const char* coll, bool direct) const {
+  // With `detail`: only the lines that also say that.
+  int count(const char* coll, bool direct, const char* detail = "") const {
     std::ifstream in(path_);
     std::string line;
     int n = 0;
     const std::string what = std::string(coll) + " ";
     while (std::getline(in, line))
       if (line.find(" TRACE ") != std::string::npos && line.find(what) != std::string::npos &&
-          line.find(direct ? "bytes: direct" : "bytes: FIFO path") != std::string::npos)
+          line.find(direct ? "bytes: direct" : "bytes: FIFO path") != std::string::npos &&
+          line.find(detail) != std::string::npos)
         ++n;
     return n;
   }

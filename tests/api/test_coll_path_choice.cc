@@ -79,7 +79,7 @@ TEST_CASE("Unregistered calls between processes alternate between the FIFOs and 
       {" ReduceScatter", spec("ncclReduceScatter", false, true), coll_reduce::checkReduceScatter},
   };
   auto failures = runProcessesChecked(2, [&](int rank, ncclComm_t comm) {
-    // Three passes: a rooted call is chosen by its root, each size class
+    // Three passes: a rooted call is chosen by one rank, each size class
     // runs the static rule's path three times and the other three times
     // before the two take turns.
     std::string first = allReduceRepeated(rank, comm);
