@@ -288,6 +288,24 @@ bool rooted(CollType c) {
   return c == CollType::kBroadcast || c == CollType::kReduce || c == CollType::kGather || c == CollType::kScatter;
 }
 
+// Whether `rank`'s call is in place as NCCL defines it for the collective:
+// its input lies where its part of the output does.
+bool inPlace(const Task& t, int rank) {
+  const uintptr_t b = t.count * typeSize(t.type) * static_cast<size_t>(rank);
+  const uintptr_t in = reinterpret_cast<uintptr_t>(t.sendbuff), out = reinterpret_cast<uintptr_t>(t.recvbuff);
+  switch (t.coll) {
+    case CollType::kAllGather:
+    case CollType::kGather: return in == out + b;
+    case CollType::kReduceScatter:
+    case CollType::kScatter: return out == in + b;
+    default: return in == out;
+  }
+}
+
+bool sameBuffer(const DirectPath::BufferRef& a, const DirectPath::BufferRef& b) {
+  return a.fd != kNone && a.fd == b.fd && a.where == b.where && a.generation == b.generation;
+}
+
 }  // namespace
 
 DirectPath::Touched DirectPath::touched(const Task& t, int p) const {
@@ -400,8 +418,18 @@ Result<bool> DirectPath::exchange(const Task& task) {
   const int decider = deciderOf(task);
   const bool choosing = adaptive && rank_ == decider;
   if (choosing) measureStart_ = nowNs();  // the call is timed from its vote (record())
-  const int kind = PathChooser::kindOf(static_cast<int>(task.coll), task.sendbuff == task.recvbuff);
-  if (choosing ? chooser_->choose(kind, largest, rule, measureStart_) : !adaptive && rule)
+  // A Broadcast's decider, a receiver, cannot tell whether the root runs in
+  // place (and so writes a share): it votes for both forms, in its scalar
+  // (which a Broadcast does not use), and every rank follows the vote of the
+  // form the root's descriptor shows.
+  const bool perForm = task.coll == CollType::kBroadcast;
+  auto vote = [&](bool inPlaceForm) {
+    const int kind = PathChooser::kindOf(static_cast<int>(task.coll), inPlaceForm);
+    return choosing ? chooser_->choose(kind, largest, rule, measureStart_) : !adaptive && rule;
+  };
+  if (perForm)
+    mine.scalar = (vote(false) ? kScalarVoteOutOfPlace : 0) | (vote(true) ? kScalarVoteInPlace : 0);
+  else if (vote(inPlace(task, rank_)))
     mine.shape |= kShapeVoteCma;
   const bool cmaOffered = adaptive || rule;
   if (me.send) mine.send = describe(task.sendbuff, me.sendBytes, cmaOffered);
@@ -430,7 +458,9 @@ Result<bool> DirectPath::exchange(const Task& task) {
   // (ranks may differ in PLAIT_DIRECT_CMA_ADAPT): every rank reads the same
   // bit. A rank that offered no cross-memory attach described its buffers as
   // kNone, which sends every rank to the FIFOs below.
-  const bool useCma = (descs_[decider].shape & kShapeVoteCma) != 0;
+  const bool rootInPlace = perForm && sameBuffer(descs_[task.root].send, descs_[task.root].recv);
+  const bool useCma = perForm ? (descs_[decider].scalar & (rootInPlace ? kScalarVoteInPlace : kScalarVoteOutOfPlace)) != 0
+                              : (descs_[decider].shape & kShapeVoteCma) != 0;
   bool anyCma = false;
   for (int p = 0; p < nranks_; ++p) {
     const Touched u = touched(task, p);
@@ -446,32 +476,31 @@ Result<bool> DirectPath::exchange(const Task& task) {
       return false;
     }
   }
-  rootWrites_ = task.coll == CollType::kBroadcast && rootWritesShare(task.root, useCma);
+  rootWrites_ = rootInPlace && rootWritesShare(task.root, useCma);
+  // The root's writes by cross-memory attach make the call one to time too.
+  for (int p = 0; rootWrites_ && p < nranks_; ++p) anyCma = anyCma || (p != task.root && descs_[p].recv.fd == kCma);
   // Every buffer is registered or open to cross-memory attach; the choice
   // between the latter and the FIFOs is timed (record()).
   if (anyCma && choosing) {
     measuring_ = true;
     measuredCma_ = useCma;
     measuredBytes_ = largest;
-    measuredKind_ = kind;
+    measuredKind_ = PathChooser::kindOf(static_cast<int>(task.coll), perForm ? rootInPlace : inPlace(task, rank_));
   }
   if (anyCma && !useCma) {
     logOnce(task, false, "the FIFOs were chosen over cross-memory attach");
     return false;
   }
-  logOnce(task, true, anyCma ? (rootWrites_ ? " by cross-memory attach, the root writing a share" : " by cross-memory attach")
-                              : (rootWrites_ ? " (the root writing a share)" : ""));
+  const char* how = anyCma ? (rootWrites_ ? " by cross-memory attach, the root writing a share" : " by cross-memory attach")
+                           : (rootWrites_ ? " on registered buffers, the root writing a share" : "");
+  logOnce(task, true, how);
   return true;
 }
 
-// From the descriptors alone, so every rank reaches the same answer: the
-// root's output is its input (the same buffer described twice) and every
-// receiver's output is mapped or, where cross-memory attach was chosen, open
-// to it.
+// From the descriptors alone, so every rank reaches the same answer (the
+// root in place: its input and output described alike): every receiver's
+// output is mapped or, where cross-memory attach was chosen, open to it.
 bool DirectPath::rootWritesShare(int root, bool useCma) const {
-  const BufferRef& in = descs_[root].send;
-  const BufferRef& out = descs_[root].recv;
-  if (in.fd == kNone || in.fd != out.fd || in.where != out.where || in.generation != out.generation) return false;
   for (int p = 0; p < nranks_; ++p) {
     const int32_t fd = descs_[p].recv.fd;
     if (p != root && (fd == kNone || (fd == kCma && !useCma))) return false;

@@ -43,7 +43,9 @@
 // rank copies its input into its block of the root's output. AlltoAll: rank r
 // copies block r of every peer's input into its output; an in-place AlltoAll
 // falls back (peers would read blocks it overwrites). Only the buffers some
-// other rank touches need to be registered (touched() says which).
+// other rank touches need to be registered (touched() says which; the
+// receivers' outputs an in-place Broadcast's root writes are optional: where
+// one is not, the receivers read it all).
 //
 // Peers' ncclMemAlloc memory is mapped through /proc/<pid>/fd/<fd> on first
 // use and the mapping cached (buffer_registry.h). Creation probes, once,
@@ -196,7 +198,7 @@ class DirectPath {
                          // but for kShapeVoteCma, the sender's vote
     uint32_t count = 0;  // low bits of the element count: must match too
     BufferRef send, recv;
-    uint64_t scalar = 0;  // PreMulSum: this rank's scalar bits
+    uint64_t scalar = 0;  // PreMulSum: this rank's scalar bits; Broadcast: the sender's votes per form
   };
 
  private:
@@ -294,6 +296,8 @@ class DirectPath {
   int measuredKind_ = 0;                  // PathChooser::kindOf the measured call
   // Descriptor::shape's bit for the sender's vote: cross-memory attach.
   static constexpr uint32_t kShapeVoteCma = 1u << 23;
+  // A Broadcast's votes, one per form, in Descriptor::scalar (exchange()).
+  static constexpr uint64_t kScalarVoteOutOfPlace = 1, kScalarVoteInPlace = 2;
   int reproducible_ = 0;             // PLAIT_REPRODUCIBLE (core/reproducible.h)
   bool alltoallCma_ = true;          // setAlltoAllCma: by the static rule
   bool alltoallCmaAllowed_ = true;   // setAlltoAllCma: by measurement

@@ -259,6 +259,9 @@ TEST_CASE("A Reduce whose only unregistered buffer is the root's output goes by 
 // Ranks that differ in PLAIT_DIRECT_CMA_ADAPT still agree on every call: all
 // follow the deciding rank's vote (here rank 0, which alternates, while rank
 // 1's static rule would always say cross-memory attach for the AllGather).
+// A Broadcast rooted at rank 0 is decided by its receiver, rank 1, whose rule
+// says cross-memory attach every time (the root, which would alternate, only
+// follows), and in place its root writes a share.
 TEST_CASE("Ranks with different PLAIT_DIRECT_CMA_ADAPT follow one vote", "[registered][process][cma][adapt]") {
   DirectTestEnv env("1", /*adapt=*/false);
   auto codes = runProcesses(2, [&](int rank, const ncclUniqueId& id) {
@@ -279,6 +282,12 @@ TEST_CASE("Ranks with different PLAIT_DIRECT_CMA_ADAPT follow one vote", "[regis
       for (size_t j = 0; bad == 0 && j < count; ++j)
         if (out[j] != 3.0f) bad = 6;
     }
+    for (int i = 0; i < 8 && bad == 0; ++i) {  // in place from rank 0, a new value each time
+      for (size_t j = 0; j < count; ++j) in[j] = rank == 0 ? static_cast<float>(i * 7 + j % 5) : -1.0f;
+      if (ncclBroadcast(in.data(), in.data(), count, ncclFloat32, 0, comm, nullptr) != ncclSuccess) bad = 7;
+      for (size_t j = 0; bad == 0 && j < count; ++j)
+        if (in[j] != static_cast<float>(i * 7 + j % 5)) bad = 8;
+    }
     if (bad != 0) std::fprintf(stderr, "rank %d: failed with %d: %s\n", rank, bad, ncclGetLastError(comm));
     ncclCommDestroy(comm);
     return bad;
@@ -290,6 +299,9 @@ TEST_CASE("Ranks with different PLAIT_DIRECT_CMA_ADAPT follow one vote", "[regis
   // so every AllReduce takes the FIFOs whatever rank 0 votes.
   CHECK(env.count(" AllReduce", true) == 0);
   CHECK(env.count(" AllReduce", false) > 0);
+  CHECK(env.count(" Broadcast", true) == 16);  // 8 calls, both ranks
+  CHECK(env.count(" Broadcast", true, "the root writing a share") == 16);
+  CHECK(env.count(" Broadcast", false) == 0);
 }
 
 // AlltoAll at 4 ranks: where the local ranks share cores (this project's

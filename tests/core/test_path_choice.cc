@@ -3,6 +3,8 @@
 // not counted, the cheaper path kept, a path slow three calls running left
 // (single slow calls ignored), and the other tried again once its figure is
 // older than the interval.
+#include <set>
+
 #include <catch2/catch.hpp>
 
 #include "core/path_choice.h"
@@ -100,6 +102,20 @@ TEST_CASE("Size classes and collectives keep figures of their own", "[path_choic
   CHECK(c.estimate(kColl, 2 * kBytes, false) < 0);
   CHECK(c.estimate(kColl + 1, kBytes, false) < 0);
   CHECK(c.choose(kColl + 1, kBytes, true, now) == true);  // no figures: the rule
+  // The same collective in place is a kind of its own (kColl's figures were
+  // filed out of place: kindOf(kColl, false) == kColl).
+  REQUIRE(PathChooser::kindOf(kColl, false) == kColl);
+  const int inPlace = PathChooser::kindOf(kColl, true);
+  CHECK(inPlace != kColl);
+  CHECK(c.estimate(inPlace, kBytes, false) < 0);
+  CHECK(c.choose(inPlace, kBytes, true, now) == true);
+  // Every collective's two forms are kinds of their own.
+  std::set<int> kinds;
+  for (int coll = 0; coll < PathChooser::kColls; ++coll)
+    for (bool form : {false, true}) kinds.insert(PathChooser::kindOf(coll, form));
+  CHECK(kinds.size() == 2 * PathChooser::kColls);
+  CHECK(*kinds.begin() >= 0);
+  CHECK(*kinds.rbegin() < PathChooser::kKinds);
 }
 
 TEST_CASE("An interval of 0 alternates the paths on every call", "[path_choice]") {
