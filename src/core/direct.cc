@@ -302,9 +302,18 @@ bool inPlace(const Task& t, int rank) {
   }
 }
 
-bool sameBuffer(const DirectPath::BufferRef& a, const DirectPath::BufferRef& b) {
-  return a.fd != kNone && a.fd == b.fd && a.where == b.where && a.generation == b.generation;
+// Whether `a` describes the memory `offset` bytes into what `b` describes.
+bool sameBuffer(const DirectPath::BufferRef& a, const DirectPath::BufferRef& b, uint64_t offset) {
+  return a.fd != kNone && a.fd == b.fd && a.generation == b.generation && a.where == b.where + offset;
 }
+
+// The collectives whose in-place root may copy a share of the others' blocks
+// (DirectPath::rootShares_), and which buffer of the others that share lies
+// in: their output (Broadcast, Scatter) or their input (Gather).
+bool rootMayShare(CollType c) {
+  return c == CollType::kBroadcast || c == CollType::kScatter || c == CollType::kGather;
+}
+bool shareInInput(CollType c) { return c == CollType::kGather; }
 
 }  // namespace
 
@@ -415,29 +424,37 @@ Result<bool> DirectPath::exchange(const Task& task) {
     chooser_ = std::make_unique<PathChooser>(exploreNs_);
     if (nranks_ == 2) stage_.resize(chunkBytes_ * 2);  // reductions may then go by CMA on any call
   }
-  const int decider = deciderOf(task);
-  const bool choosing = adaptive && rank_ == decider;
-  if (choosing) measureStart_ = nowNs();  // the call is timed from its vote (record())
-  // A Broadcast's decider, a receiver, cannot tell whether the root runs in
-  // place (and so writes a share): it votes for both forms, in its scalar
-  // (which a Broadcast does not use), and every rank follows the vote of the
-  // form the root's descriptor shows.
-  const bool perForm = task.coll == CollType::kBroadcast;
+  // A Broadcast's or Scatter's two forms have deciders of their own
+  // (deciderOf), and the in-place one, a receiver, cannot tell whether the
+  // root runs in place: both vote in their scalar (which these collectives
+  // do not use), a bit per form, and every rank follows the vote of the form
+  // the root's descriptor shows (below).
+  const bool perForm = task.coll == CollType::kBroadcast || task.coll == CollType::kScatter;
+  const bool myForm = inPlace(task, rank_);
+  const bool decides = rank_ == deciderOf(task, myForm) || (perForm && rank_ == deciderOf(task, !myForm));
+  if (adaptive && decides) measureStart_ = nowNs();  // the call is timed from its vote (record())
   auto vote = [&](bool inPlaceForm) {
     const int kind = PathChooser::kindOf(static_cast<int>(task.coll), inPlaceForm);
+    const bool choosing = adaptive && rank_ == deciderOf(task, inPlaceForm);
     return choosing ? chooser_->choose(kind, largest, rule, measureStart_) : !adaptive && rule;
   };
   if (perForm)
     mine.scalar = (vote(false) ? kScalarVoteOutOfPlace : 0) | (vote(true) ? kScalarVoteInPlace : 0);
-  else if (vote(inPlace(task, rank_)))
+  else if (vote(myForm))
     mine.shape |= kShapeVoteCma;
   const bool cmaOffered = adaptive || rule;
   if (me.send) mine.send = describe(task.sendbuff, me.sendBytes, cmaOffered);
   if (me.recv) mine.recv = describe(task.recvbuff, me.recvBytes, cmaOffered);
-  // Broadcast: an in-place root may write a share of the receivers' outputs
-  // (rootWritesShare); its own output says whether it is in place.
-  if (task.coll == CollType::kBroadcast)
-    mine.recv = describe(task.recvbuff, task.count * typeSize(task.type), cmaOffered);
+  // An in-place root may copy a share of the others' blocks (rootShares_):
+  // every rank describes the buffer its share would lie in, and the root's
+  // two descriptions together say whether it is in place.
+  if (rootMayShare(task.coll)) {
+    const size_t b = task.count * typeSize(task.type);
+    if (shareInInput(task.coll))
+      mine.send = describe(task.sendbuff, b, cmaOffered);
+    else
+      mine.recv = describe(task.recvbuff, b, cmaOffered);
+  }
   // In place, peers would read blocks of this rank's input it overwrites.
   if (alltoall && task.sendbuff == task.recvbuff) mine.send.fd = kNone;
   for (int p = 0; p < nranks_; ++p)
@@ -458,9 +475,15 @@ Result<bool> DirectPath::exchange(const Task& task) {
   // (ranks may differ in PLAIT_DIRECT_CMA_ADAPT): every rank reads the same
   // bit. A rank that offered no cross-memory attach described its buffers as
   // kNone, which sends every rank to the FIFOs below.
-  const bool rootInPlace = perForm && sameBuffer(descs_[task.root].send, descs_[task.root].recv);
-  const bool useCma = perForm ? (descs_[decider].scalar & (rootInPlace ? kScalarVoteInPlace : kScalarVoteOutOfPlace)) != 0
+  const bool rootInPlace = rootInPlaceByDescriptors(task);
+  // Every rank follows one vote: that of the form the call has (for a
+  // Broadcast or Scatter as the root's descriptor shows; else as the deciding
+  // rank's own buffers show, which only it needs to know).
+  const bool form = perForm ? rootInPlace : myForm;
+  const int decider = deciderOf(task, form);
+  const bool useCma = perForm ? (descs_[decider].scalar & (form ? kScalarVoteInPlace : kScalarVoteOutOfPlace)) != 0
                               : (descs_[decider].shape & kShapeVoteCma) != 0;
+  const bool choosing = adaptive && rank_ == decider;
   bool anyCma = false;
   for (int p = 0; p < nranks_; ++p) {
     const Touched u = touched(task, p);
@@ -476,45 +499,69 @@ Result<bool> DirectPath::exchange(const Task& task) {
       return false;
     }
   }
-  rootWrites_ = rootInPlace && rootWritesShare(task.root, useCma);
-  // The root's writes by cross-memory attach make the call one to time too.
-  for (int p = 0; rootWrites_ && p < nranks_; ++p) anyCma = anyCma || (p != task.root && descs_[p].recv.fd == kCma);
+  rootShares_ = rootInPlace && othersOpenToShare(task, useCma);
+  // The root's copies by cross-memory attach make the call one to time too.
+  for (int p = 0; rootShares_ && p < nranks_; ++p)
+    anyCma = anyCma || (p != task.root && shareRef(task, p).fd == kCma);
   // Every buffer is registered or open to cross-memory attach; the choice
   // between the latter and the FIFOs is timed (record()).
   if (anyCma && choosing) {
     measuring_ = true;
     measuredCma_ = useCma;
     measuredBytes_ = largest;
-    measuredKind_ = PathChooser::kindOf(static_cast<int>(task.coll), perForm ? rootInPlace : inPlace(task, rank_));
+    measuredKind_ = PathChooser::kindOf(static_cast<int>(task.coll), form);
   }
   if (anyCma && !useCma) {
     logOnce(task, false, "the FIFOs were chosen over cross-memory attach");
     return false;
   }
-  const char* how = anyCma ? (rootWrites_ ? " by cross-memory attach, the root writing a share" : " by cross-memory attach")
-                           : (rootWrites_ ? " on registered buffers, the root writing a share" : "");
+  const char* how = anyCma ? (rootShares_ ? " by cross-memory attach, the root copying a share" : " by cross-memory attach")
+                           : (rootShares_ ? " on registered buffers, the root copying a share" : "");
   logOnce(task, true, how);
   return true;
 }
 
-// From the descriptors alone, so every rank reaches the same answer (the
-// root in place: its input and output described alike): every receiver's
-// output is mapped or, where cross-memory attach was chosen, open to it.
-bool DirectPath::rootWritesShare(int root, bool useCma) const {
+// From the descriptors alone, so every rank reaches the same answer: the
+// root's input and output described as NCCL's in-place forms lie (Broadcast:
+// the same buffer; Scatter: its output at its block of its input; Gather: its
+// input at its block of its output).
+bool DirectPath::rootInPlaceByDescriptors(const Task& task) const {
+  const Descriptor& r = descs_[task.root];
+  const uint64_t at = task.count * typeSize(task.type) * static_cast<uint64_t>(task.root);
+  switch (task.coll) {
+    case CollType::kBroadcast: return sameBuffer(r.send, r.recv, 0);
+    case CollType::kScatter: return sameBuffer(r.recv, r.send, at);
+    case CollType::kGather: return sameBuffer(r.send, r.recv, at);
+    default: return false;
+  }
+}
+
+const DirectPath::BufferRef& DirectPath::shareRef(const Task& task, int p) const {
+  return shareInInput(task.coll) ? descs_[p].send : descs_[p].recv;
+}
+
+// Every other rank's buffer holding the root's share is mapped or, where
+// cross-memory attach was chosen, open to it (the same answer everywhere).
+bool DirectPath::othersOpenToShare(const Task& task, bool useCma) const {
   for (int p = 0; p < nranks_; ++p) {
-    const int32_t fd = descs_[p].recv.fd;
-    if (p != root && (fd == kNone || (fd == kCma && !useCma))) return false;
+    const int32_t fd = shareRef(task, p).fd;
+    if (p != task.root && (fd == kNone || (fd == kCma && !useCma))) return false;
   }
   return true;
 }
 
 // The rank whose call spans the whole operation on either path, so that its
 // timings compare the two: rank 0; the root of a Reduce or a Gather (it
-// receives last); the last receiver of a Broadcast or a Scatter, whose root
-// returns from a FIFO call once its data is in the FIFOs (that call then
-// looks cheap and the next call, whichever path it takes, pays its cost).
-int DirectPath::deciderOf(const Task& task) const {
-  if (task.coll == CollType::kBroadcast || task.coll == CollType::kScatter) return (task.root + nranks_ - 1) % nranks_;
+// receives last); the root of an out-of-place Broadcast or Scatter, as
+// before the in-place form was told apart (its own copy is part of its call
+// on both paths; with a receiver deciding, a 4 MiB Scatter took 1.6x the
+// time in one 3-round A/B, within this VM's noise), but the last receiver of
+// an in-place one, whose root returns from a FIFO call once
+// its data is in the FIFOs (that call then looks cheap and the next call,
+// whichever path it takes, pays its cost).
+int DirectPath::deciderOf(const Task& task, bool inPlaceForm) const {
+  const bool pulled = task.coll == CollType::kBroadcast || task.coll == CollType::kScatter;
+  if (pulled && inPlaceForm) return (task.root + nranks_ - 1) % nranks_;
   return rooted(task.coll) ? task.root : 0;
 }
 
@@ -538,13 +585,17 @@ Status DirectPath::resolve(const Task& task) {
       continue;
     }
     const Touched u = touched(task, p);
-    if (u.send) {
-      PLAIT_ASSIGN_OR_RETURN(char* s, peerAddress(p, descs_[p].send, u.sendBytes));
+    // The root's share of an in-place Broadcast, Scatter or Gather: the
+    // others' blocks, in their outputs or (Gather) inputs.
+    const bool share = rootShares_ && rank_ == task.root;
+    const size_t block = task.count * typeSize(task.type);
+    if (u.send || (share && shareInInput(task.coll))) {
+      PLAIT_ASSIGN_OR_RETURN(char* s, peerAddress(p, descs_[p].send, u.send ? u.sendBytes : block));
       sends_[p] = s;
       sendCma_[p] = descs_[p].send.fd == kCma;
     }
-    if (u.recv || (rootWrites_ && rank_ == task.root)) {
-      PLAIT_ASSIGN_OR_RETURN(char* r, peerAddress(p, descs_[p].recv, u.recv ? u.recvBytes : task.count * typeSize(task.type)));
+    if (u.recv || (share && !shareInInput(task.coll))) {
+      PLAIT_ASSIGN_OR_RETURN(char* r, peerAddress(p, descs_[p].recv, u.recv ? u.recvBytes : block));
       recvs_[p] = r;
       recvCma_[p] = descs_[p].recv.fd == kCma;
     }

@@ -35,17 +35,18 @@
 // of every input into its own output. AllGather: each rank copies every
 // peer's input into its own output (pull) or its input into every peer's
 // output (push; PLAIT_DIRECT_ALLGATHER_PUSH). Broadcast and Scatter: each
-// rank copies (its block of) the root's input into its output; an in-place
-// Broadcast's root, which has nothing to copy for itself, writes the last
-// n-th of every receiver's output while they read the rest, where every
-// receiver's output can be written (registered, or open to cross-memory
-// attach when that path was chosen). Gather: each
-// rank copies its input into its block of the root's output. AlltoAll: rank r
+// rank copies (its block of) the root's input into its output. Gather: each
+// rank copies its input into its block of the root's output. An in-place
+// root of these three, which has nothing to copy for itself, copies the last
+// n-th of every other rank's block (writes it into their outputs; Gather:
+// reads it from their inputs) while they copy the rest, where every such
+// buffer is registered, or open to cross-memory attach when that path was
+// chosen. AlltoAll: rank r
 // copies block r of every peer's input into its output; an in-place AlltoAll
 // falls back (peers would read blocks it overwrites). Only the buffers some
 // other rank touches need to be registered (touched() says which; the
-// receivers' outputs an in-place Broadcast's root writes are optional: where
-// one is not, the receivers read it all).
+// buffers of an in-place root's share are optional: where one is not, the
+// other ranks copy their whole blocks).
 //
 // Peers' ncclMemAlloc memory is mapped through /proc/<pid>/fd/<fd> on first
 // use and the mapping cached (buffer_registry.h). Creation probes, once,
@@ -198,7 +199,7 @@ class DirectPath {
                          // but for kShapeVoteCma, the sender's vote
     uint32_t count = 0;  // low bits of the element count: must match too
     BufferRef send, recv;
-    uint64_t scalar = 0;  // PreMulSum: this rank's scalar bits; Broadcast: the sender's votes per form
+    uint64_t scalar = 0;  // PreMulSum: this rank's scalar bits; Broadcast, Scatter: the sender's votes per form
   };
 
  private:
@@ -210,10 +211,14 @@ class DirectPath {
     size_t sendBytes = 0, recvBytes = 0;
   };
   Touched touched(const Task& task, int p) const;
-  // Broadcast: whether the root writes a share of the receivers' outputs.
-  bool rootWritesShare(int root, bool useCma) const;
-  // The rank whose vote between the FIFOs and cross-memory attach counts.
-  int deciderOf(const Task& task) const;
+  // Broadcast, Scatter, Gather: whether the root copies a share of the
+  // others' blocks (rootShares_), from the exchanged descriptors.
+  bool rootInPlaceByDescriptors(const Task& task) const;
+  bool othersOpenToShare(const Task& task, bool useCma) const;
+  const BufferRef& shareRef(const Task& task, int p) const;  // rank p's buffer holding the share
+  // The rank whose vote between the FIFOs and cross-memory attach counts,
+  // for the call's out-of-place or in-place form.
+  int deciderOf(const Task& task, bool inPlaceForm) const;
   // Whether the static rule sends this call by cross-memory attach, whether
   // the measured choice may, and the size the choice is made for.
   struct CmaOffer {
@@ -249,7 +254,7 @@ class DirectPath {
   // of the inputs each scaled and rounded by its own rank's scalar.
   void foldInto(const Task& task, size_t count, char* const* dsts, int nDsts, bool nonTemporal);
   Status allGather(const Task& task, bool push);
-  Status broadcast(const Task& task, bool stream);
+  Status rootedMove(const Task& task, bool stream);  // Broadcast, Scatter, Gather
   void copy(const Task& task, const char* src, char* dst, size_t count, bool nonTemporal) const;
 
   int rank_ = 0;
@@ -262,7 +267,7 @@ class DirectPath {
   size_t chunkBytes_ = 64 << 10;
   size_t streamBytes_ = SIZE_MAX;  // outputs at least this large use streaming stores
   bool gatherPush_ = false;
-  bool rootWrites_ = false;  // this operation's: an in-place Broadcast's root writes a share (exchange())
+  bool rootShares_ = false;  // this operation's: an in-place rooted data mover's root copies a share (exchange())
   ShmTransport* shm_ = nullptr;
   RegistrationTable registrations_;
   std::unique_ptr<PeerMappings> mappings_;
@@ -296,7 +301,7 @@ class DirectPath {
   int measuredKind_ = 0;                  // PathChooser::kindOf the measured call
   // Descriptor::shape's bit for the sender's vote: cross-memory attach.
   static constexpr uint32_t kShapeVoteCma = 1u << 23;
-  // A Broadcast's votes, one per form, in Descriptor::scalar (exchange()).
+  // A Broadcast's or Scatter's votes, one per form, in Descriptor::scalar (exchange()).
   static constexpr uint64_t kScalarVoteOutOfPlace = 1, kScalarVoteInPlace = 2;
   int reproducible_ = 0;             // PLAIT_REPRODUCIBLE (core/reproducible.h)
   bool alltoallCma_ = true;          // setAlltoAllCma: by the static rule

@@ -34,16 +34,13 @@ Status DirectPath::execute(const Task& task) {
   }
   // The data movers: one copy each, from where the data lies to where it goes.
   const size_t b = task.count * typeSize(task.type);
-  const char* send = static_cast<const char*>(task.sendbuff);
   char* recv = static_cast<char*>(task.recvbuff);
   const bool stream = b >= streamBytes_;
-  const int root = task.root;
   switch (task.coll) {
-    case CollType::kBroadcast: return broadcast(task, stream);
-    case CollType::kScatter:  // pull this rank's block of the root's input
-      return transfer(task, root, false, sends_[root] + b * rank_, recv, task.count, stream);
-    case CollType::kGather:  // push the input into this rank's block of the root's output
-      return transfer(task, root, true, send, recvs_[root] + b * rank_, task.count, stream);
+    case CollType::kBroadcast:  // pull the root's input
+    case CollType::kScatter:    // pull this rank's block of the root's input
+    case CollType::kGather:     // push the input into this rank's block of the root's output
+      return rootedMove(task, stream);
     case CollType::kAlltoAll:  // block r of every input; peers in turn, starting after this rank
       for (int k = 0; k < nranks_; ++k) {
         const int p = (rank_ + k) % nranks_;
@@ -55,23 +52,35 @@ Status DirectPath::execute(const Task& task) {
   }
 }
 
-// Each receiver pulls the root's input; where the root writes a share
-// (rootWrites_: in place, it has no copy of its own), the last of n parts of
-// every receiver's output is the root's to write and the rest the
-// receiver's to read, so every rank copies (n-1)/n of the bytes at once.
-Status DirectPath::broadcast(const Task& task, bool stream) {
+// Broadcast, Scatter and Gather: every other rank copies its block (the
+// whole buffer for Broadcast) between the root's buffer and its own; where
+// the root shares (rootShares_: in place, it has no copy of its own) the
+// last of n parts of every block is the root's to copy and the rest the other
+// rank's, so every rank copies (n-1)/n of a block at once.
+Status DirectPath::rootedMove(const Task& task, bool stream) {
   const int root = task.root;
   const size_t elem = typeSize(task.type);
-  const size_t cut = rootWrites_ ? partOf(task.count, elem, nranks_ - 1, nranks_).first : task.count;
-  if (rank_ != root) return transfer(task, root, false, sends_[root], recvs_[rank_], cut, stream);
-  const char* send = static_cast<const char*>(task.sendbuff);
-  if (!rootWrites_) {
-    copy(task, send, recvs_[rank_], task.count, stream);  // out of place: its own copy only
+  const size_t at = task.coll == CollType::kBroadcast ? 0 : task.count * elem;  // block p at p * at in the root's
+  const bool gather = task.coll == CollType::kGather;
+  const size_t cut = rootShares_ ? partOf(task.count, elem, nranks_ - 1, nranks_).first : task.count;
+  if (rank_ != root) {
+    if (gather) return transfer(task, root, true, sends_[rank_], recvs_[root] + at * rank_, cut, stream);
+    return transfer(task, root, false, sends_[root] + at * rank_, recvs_[rank_], cut, stream);
+  }
+  if (!rootShares_) {  // its own block; in place there is nothing to copy
+    if (gather)
+      copy(task, sends_[root], recvs_[root] + at * root, task.count, stream);
+    else
+      copy(task, sends_[root] + at * root, recvs_[root], task.count, stream);
     return Status::ok();
   }
-  for (int k = 1; k < nranks_; ++k) {  // receivers in turn, starting after the root
+  const size_t tail = cut * elem;
+  for (int k = 1; k < nranks_; ++k) {  // the others in turn, starting after the root
     const int p = (root + k) % nranks_;
-    PLAIT_RETURN_IF_ERROR(transfer(task, p, true, send + cut * elem, recvs_[p] + cut * elem, task.count - cut, stream));
+    PLAIT_RETURN_IF_ERROR(gather ? transfer(task, p, false, sends_[p] + tail, recvs_[root] + at * p + tail,
+                                            task.count - cut, stream)
+                                 : transfer(task, p, true, sends_[root] + at * p + tail, recvs_[p] + tail,
+                                            task.count - cut, stream));
   }
   return Status::ok();
 }

@@ -259,9 +259,9 @@ TEST_CASE("A Reduce whose only unregistered buffer is the root's output goes by 
 // Ranks that differ in PLAIT_DIRECT_CMA_ADAPT still agree on every call: all
 // follow the deciding rank's vote (here rank 0, which alternates, while rank
 // 1's static rule would always say cross-memory attach for the AllGather).
-// A Broadcast rooted at rank 0 is decided by its receiver, rank 1, whose rule
-// says cross-memory attach every time (the root, which would alternate, only
-// follows), and in place its root writes a share.
+// An in-place Broadcast rooted at rank 0 is decided by its receiver, rank 1,
+// whose rule says cross-memory attach every time (the root, which would
+// alternate, only follows), and its root copies a share.
 TEST_CASE("Ranks with different PLAIT_DIRECT_CMA_ADAPT follow one vote", "[registered][process][cma][adapt]") {
   DirectTestEnv env("1", /*adapt=*/false);
   auto codes = runProcesses(2, [&](int rank, const ncclUniqueId& id) {
@@ -300,7 +300,7 @@ TEST_CASE("Ranks with different PLAIT_DIRECT_CMA_ADAPT follow one vote", "[regis
   CHECK(env.count(" AllReduce", true) == 0);
   CHECK(env.count(" AllReduce", false) > 0);
   CHECK(env.count(" Broadcast", true) == 16);  // 8 calls, both ranks
-  CHECK(env.count(" Broadcast", true, "the root writing a share") == 16);
+  CHECK(env.count(" Broadcast", true, "the root copying a share") == 16);
   CHECK(env.count(" Broadcast", false) == 0);
 }
 

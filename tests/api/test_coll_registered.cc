@@ -67,10 +67,11 @@ void checkAllDirect(const DirectTestEnv& env, const std::vector<Item>& list) {
     INFO(item.name);
     CHECK(env.count(item.name, true) > 0);
     CHECK(env.count(item.name, false) == 0);
-    if (std::string(item.name) != " Broadcast") continue;
-    // In place (variants 1 and 2) the root writes a share of every output;
-    // out of place (variant 0) the receivers read it all.
-    const int shared = env.count(item.name, true, "the root writing a share");
+    const std::string name = item.name;
+    if (name != " Broadcast" && name != " Gather" && name != " Scatter") continue;
+    // In place (variants 1 and 2) the root copies a share of every other
+    // rank's block; out of place (variant 0) they copy it all.
+    const int shared = env.count(item.name, true, "the root copying a share");
     CHECK(shared > 0);
     CHECK(shared < env.count(item.name, true));
   }
