@@ -73,9 +73,9 @@
 //
 // Which one runs is measured (path_choice.h, PLAIT_DIRECT_CMA_ADAPT): for the
 // data movers at any rank count and the reductions at 2 ranks, one rank's
-// chooser (deciderOf: rank 0's, the root's of a Reduce or Gather, the last
-// receiver's of a Broadcast or Scatter) votes in its
-// descriptor, the thresholds above giving only the first calls' path, and
+// chooser (deciderOf: rank 0's; the root's of a Reduce, a Gather or an
+// out-of-place Broadcast or Scatter; the last receiver's of an in-place one)
+// votes in its descriptor, the thresholds above giving only the first calls' path, and
 // every rank follows that vote. The executor times the call (measuring(),
 // record()), whichever path ran it.
 #pragma once

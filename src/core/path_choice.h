@@ -32,9 +32,10 @@
 // kept the slower path for the whole 100 ms).
 //
 // Only one rank's choice counts (the rank whose call spans the whole
-// operation on both paths: rank 0's, the root's of a Reduce or a Gather, the
-// last receiver's of a Broadcast or a Scatter, DirectPath::deciderOf); it
-// travels in the direct path's descriptor, so every rank follows it.
+// operation on both paths: rank 0's; the root's of a Reduce, a Gather or an
+// out-of-place Broadcast or Scatter; the last receiver's of an in-place one;
+// DirectPath::deciderOf); it travels in the direct path's descriptor, so
+// every rank follows it.
 #pragma once
 
 #include <algorithm>
@@ -47,10 +48,11 @@ namespace plait {
 class PathChooser {
  public:
   // What a figure is kept apart by, besides its size class: the collective
-  // (CollType's values) and whether the deciding rank runs it in place
-  // (kinds kColls and up): an in-place Broadcast's root writes a share of the
-  // outputs (direct.h) and an in-place AllGather copies nothing locally, so
-  // the two forms cost differently on the same path. kindOf() makes the key.
+  // (CollType's values) and whether the call runs in place (kinds kColls and
+  // up): an in-place Broadcast's, Scatter's or Gather's root copies a share
+  // of the others' blocks (direct.h) and an in-place AllGather copies nothing
+  // locally, so the two forms cost differently on the same path. kindOf()
+  // makes the key.
   static constexpr int kColls = 10;
   static constexpr int kKinds = 2 * kColls;
   static int kindOf(int coll, bool inPlace) { return (coll < 0 ? 0 : coll) % kColls + (inPlace ? kColls : 0); }
