@@ -499,10 +499,14 @@ Result<bool> DirectPath::exchange(const Task& task) {
       return false;
     }
   }
-  rootShares_ = rootInPlace && othersOpenToShare(task, useCma);
-  // The root's copies by cross-memory attach make the call one to time too.
+  // The root's share may go by cross-memory attach where that path was
+  // chosen, or where the call goes direct whatever the vote (every buffer it
+  // must touch is registered): then there is no choice to time, and copying
+  // a share that way beats copying none.
+  rootShares_ = rootInPlace && othersOpenToShare(task, useCma || !anyCma);
+  bool shareByCma = false;
   for (int p = 0; rootShares_ && p < nranks_; ++p)
-    anyCma = anyCma || (p != task.root && shareRef(task, p).fd == kCma);
+    shareByCma = shareByCma || (p != task.root && shareRef(task, p).fd == kCma);
   // Every buffer is registered or open to cross-memory attach; the choice
   // between the latter and the FIFOs is timed (record()).
   if (anyCma && choosing) {
@@ -515,8 +519,10 @@ Result<bool> DirectPath::exchange(const Task& task) {
     logOnce(task, false, "the FIFOs were chosen over cross-memory attach");
     return false;
   }
-  const char* how = anyCma ? (rootShares_ ? " by cross-memory attach, the root copying a share" : " by cross-memory attach")
-                           : (rootShares_ ? " on registered buffers, the root copying a share" : "");
+  const char* how = anyCma       ? (rootShares_ ? " by cross-memory attach, the root copying a share" : " by cross-memory attach")
+                    : shareByCma ? " on registered buffers, the root copying a share by cross-memory attach"
+                    : rootShares_ ? " on registered buffers, the root copying a share"
+                                  : "";
   logOnce(task, true, how);
   return true;
 }
@@ -541,11 +547,11 @@ const DirectPath::BufferRef& DirectPath::shareRef(const Task& task, int p) const
 }
 
 // Every other rank's buffer holding the root's share is mapped or, where
-// cross-memory attach was chosen, open to it (the same answer everywhere).
-bool DirectPath::othersOpenToShare(const Task& task, bool useCma) const {
+// `cmaAllowed`, open to cross-memory attach (the same answer everywhere).
+bool DirectPath::othersOpenToShare(const Task& task, bool cmaAllowed) const {
   for (int p = 0; p < nranks_; ++p) {
     const int32_t fd = shareRef(task, p).fd;
-    if (p != task.root && (fd == kNone || (fd == kCma && !useCma))) return false;
+    if (p != task.root && (fd == kNone || (fd == kCma && !cmaAllowed))) return false;
   }
   return true;
 }

@@ -214,7 +214,7 @@ class DirectPath {
   // Broadcast, Scatter, Gather: whether the root copies a share of the
   // others' blocks (rootShares_), from the exchanged descriptors.
   bool rootInPlaceByDescriptors(const Task& task) const;
-  bool othersOpenToShare(const Task& task, bool useCma) const;
+  bool othersOpenToShare(const Task& task, bool cmaAllowed) const;
   const BufferRef& shareRef(const Task& task, int p) const;  // rank p's buffer holding the share
   // The rank whose vote between the FIFOs and cross-memory attach counts,
   // for the call's out-of-place or in-place form.

@@ -330,3 +330,50 @@ TEST_CASE("AlltoAll at 4 ranks goes by cross-memory attach by measurement, never
     else CHECK(env.count(" AlltoAll", true) > 0);
   }
 }
+
+// An in-place Gather whose root's output is registered while the others'
+// inputs are plain heap memory: the call goes direct whatever the vote (the
+// only buffer peers must touch is registered), so the root's share of the
+// others' blocks goes by cross-memory attach on every call, with nothing to
+// choose between (the chooser, alternating here, must not turn it off).
+TEST_CASE("An in-place Gather into a registered root output shares by cross-memory attach on every call",
+          "[registered][process][cma][adapt]") {
+  setenv("PLAIT_DIRECT_CMA_EXPLORE_MS", "0", 1);
+  DirectTestEnv env("1", /*adapt=*/true);
+  const size_t count = 100003;  // per rank
+  constexpr int kCalls = 8;
+  auto failures = runProcessesChecked(2, [&](int rank, ncclComm_t comm) -> std::string {
+    const int root = 1;
+    void* out = nullptr;
+    void* handle = nullptr;
+    std::vector<float> heap(count);
+    float* in = heap.data();
+    if (rank == root) {
+      if (ncclMemAlloc(&out, 2 * count * sizeof(float)) != ncclSuccess ||
+          ncclCommRegister(comm, out, 2 * count * sizeof(float), &handle) != ncclSuccess)
+        return std::string("registering the root's output: ") + ncclGetLastError(comm);
+      in = static_cast<float*>(out) + count * root;  // in place: its block of its output
+    }
+    std::string err;
+    for (int call = 0; call < kCalls && err.empty(); ++call) {
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 977) + 1000 * rank + 7 * call);
+      if (rank == root)
+        for (size_t i = 0; i < count; ++i) static_cast<float*>(out)[i] = -1.0f;  // rank 0's block
+      if (ncclGather(in, out, count, ncclFloat32, root, comm, nullptr) != ncclSuccess)
+        err = std::string("ncclGather: ") + ncclGetLastError(comm);
+      for (size_t i = 0; err.empty() && rank == root && i < 2 * count; ++i) {
+        const float want = static_cast<float>((i % count) % 977 + 1000 * (i / count) + 7 * call);
+        if (static_cast<float*>(out)[i] != want)
+          err = "call " + std::to_string(call) + ", element " + std::to_string(i) + ": " +
+                std::to_string(static_cast<float*>(out)[i]) + ", want " + std::to_string(want);
+      }
+    }
+    if (handle != nullptr) ncclCommDeregister(comm, handle);
+    if (out != nullptr) ncclMemFree(out);
+    return err;
+  });
+  unsetenv("PLAIT_DIRECT_CMA_EXPLORE_MS");
+  for (auto& f : failures) FAIL_CHECK(f);
+  CHECK(env.count(" Gather", true, "the root copying a share by cross-memory attach") == 2 * kCalls);
+  CHECK(env.count(" Gather", false) == 0);
+}
