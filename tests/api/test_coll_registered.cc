@@ -103,6 +103,33 @@ TEST_CASE("Every collective on registered buffers runs direct and matches (proce
   checkAllDirect(env, list);
 }
 
+// Only the root's buffer registered, ranks as threads (no cross-memory
+// attach): an in-place Broadcast still goes direct, but the receivers'
+// outputs are not open to the root, so it copies no share and they read
+// their whole outputs.
+TEST_CASE("An in-place Broadcast whose receivers' outputs are unregistered goes direct without the root's share",
+          "[registered]") {
+  DirectTestEnv env;
+  const size_t count = 70001;
+  const int root = 1;
+  auto failures = runThreads(3, [&](int rank, ncclComm_t comm) -> std::string {
+    std::optional<RegisteredBuffers> registered;
+    if (rank == root) registered.emplace(comm);
+    Guarded buf(count, ncclInt32);
+    registered.reset();
+    auto* v = reinterpret_cast<int32_t*>(buf.data());
+    for (size_t i = 0; i < count; ++i) v[i] = rank == root ? int32_t(i * 7 + 3) : -1;
+    if (ncclBroadcast(buf.data(), buf.data(), count, ncclInt32, root, comm, nullptr) != ncclSuccess)
+      return std::string("ncclBroadcast: ") + ncclGetLastError(comm);
+    for (size_t i = 0; i < count; ++i)
+      if (v[i] != int32_t(i * 7 + 3)) return "element " + std::to_string(i) + " is wrong";
+    return "";
+  });
+  for (auto& f : failures) FAIL_CHECK(f);
+  CHECK(env.count(" Broadcast", true) == 3);
+  CHECK(env.count(" Broadcast", true, "copying a share") == 0);
+}
+
 TEST_CASE("An in-place AlltoAll on registered buffers falls back, correctly", "[registered]") {
   DirectTestEnv env;
   const size_t count = 4099;
