@@ -519,10 +519,12 @@ Result<bool> DirectPath::exchange(const Task& task) {
     logOnce(task, false, "the FIFOs were chosen over cross-memory attach");
     return false;
   }
-  const char* how = anyCma       ? (rootShares_ ? " by cross-memory attach, the root copying a share" : " by cross-memory attach")
-                    : shareByCma ? " on registered buffers, the root copying a share by cross-memory attach"
-                    : rootShares_ ? " on registered buffers, the root copying a share"
-                                  : "";
+  const char* how = "";
+  if (anyCma)
+    how = rootShares_ ? " by cross-memory attach, the root copying a share" : " by cross-memory attach";
+  else if (rootShares_)
+    how = shareByCma ? " on registered buffers, the root copying a share by cross-memory attach"
+                     : " on registered buffers, the root copying a share";
   logOnce(task, true, how);
   return true;
 }
@@ -562,9 +564,9 @@ bool DirectPath::othersOpenToShare(const Task& task, bool cmaAllowed) const {
 // before the in-place form was told apart (its own copy is part of its call
 // on both paths; with a receiver deciding, a 4 MiB Scatter took 1.6x the
 // time in one 3-round A/B, within this VM's noise), but the last receiver of
-// an in-place one, whose root returns from a FIFO call once
-// its data is in the FIFOs (that call then looks cheap and the next call,
-// whichever path it takes, pays its cost).
+// an in-place one, whose root returns from a FIFO call once its data is in
+// the FIFOs (that call then looks cheap and the next call, whichever path it
+// takes, pays its cost).
 int DirectPath::deciderOf(const Task& task, bool inPlaceForm) const {
   const bool pulled = task.coll == CollType::kBroadcast || task.coll == CollType::kScatter;
   if (pulled && inPlaceForm) return (task.root + nranks_ - 1) % nranks_;

@@ -41,12 +41,12 @@
 // n-th of every other rank's block (writes it into their outputs; Gather:
 // reads it from their inputs) while they copy the rest, where every such
 // buffer is registered, or open to cross-memory attach when that path was
-// chosen. AlltoAll: rank r
-// copies block r of every peer's input into its output; an in-place AlltoAll
-// falls back (peers would read blocks it overwrites). Only the buffers some
-// other rank touches need to be registered (touched() says which; the
-// buffers of an in-place root's share are optional: where one is not, the
-// other ranks copy their whole blocks).
+// chosen (or when every buffer peers must touch is registered). AlltoAll:
+// rank r copies block r of every peer's input into its output; an in-place
+// AlltoAll falls back (peers would read blocks it overwrites). Only the
+// buffers some other rank touches need to be registered (touched() says
+// which; the buffers of an in-place root's share are optional: where one is
+// not, the other ranks copy their whole blocks).
 //
 // Peers' ncclMemAlloc memory is mapped through /proc/<pid>/fd/<fd> on first
 // use and the mapping cached (buffer_registry.h). Creation probes, once,
@@ -75,8 +75,8 @@
 // data movers at any rank count and the reductions at 2 ranks, one rank's
 // chooser (deciderOf: rank 0's; the root's of a Reduce, a Gather or an
 // out-of-place Broadcast or Scatter; the last receiver's of an in-place one)
-// votes in its descriptor, the thresholds above giving only the first calls' path, and
-// every rank follows that vote. The executor times the call (measuring(),
+// votes in its descriptor, the thresholds above giving only the first calls'
+// path, and every rank follows that vote. The executor times the call (measuring(),
 // record()), whichever path ran it.
 #pragma once
 
