@@ -288,23 +288,23 @@ bool rooted(CollType c) {
   return c == CollType::kBroadcast || c == CollType::kReduce || c == CollType::kGather || c == CollType::kScatter;
 }
 
-// Whether `rank`'s call is in place as NCCL defines it for the collective:
-// its input lies where its part of the output does.
-bool inPlace(const Task& t, int rank) {
-  const uintptr_t b = t.count * typeSize(t.type) * static_cast<size_t>(rank);
-  const uintptr_t in = reinterpret_cast<uintptr_t>(t.sendbuff), out = reinterpret_cast<uintptr_t>(t.recvbuff);
-  switch (t.coll) {
+// NCCL's in-place forms: a rank's input `in` lies where its part of the
+// output `out` does, `at` bytes in for the collectives whose parts are blocks
+// (addresses, or offsets in one allocation).
+bool inPlaceAt(CollType c, uint64_t in, uint64_t out, uint64_t at) {
+  switch (c) {
     case CollType::kAllGather:
-    case CollType::kGather: return in == out + b;
+    case CollType::kGather: return in == out + at;
     case CollType::kReduceScatter:
-    case CollType::kScatter: return out == in + b;
+    case CollType::kScatter: return out == in + at;
     default: return in == out;
   }
 }
 
-// Whether `a` describes the memory `offset` bytes into what `b` describes.
-bool sameBuffer(const DirectPath::BufferRef& a, const DirectPath::BufferRef& b, uint64_t offset) {
-  return a.fd != kNone && a.fd == b.fd && a.generation == b.generation && a.where == b.where + offset;
+// Whether `rank`'s call is in place.
+bool inPlace(const Task& t, int rank) {
+  return inPlaceAt(t.coll, reinterpret_cast<uintptr_t>(t.sendbuff), reinterpret_cast<uintptr_t>(t.recvbuff),
+                   t.count * typeSize(t.type) * static_cast<uint64_t>(rank));
 }
 
 // The collectives whose in-place root may copy a share of the others' blocks
@@ -530,18 +530,13 @@ Result<bool> DirectPath::exchange(const Task& task) {
 }
 
 // From the descriptors alone, so every rank reaches the same answer: the
-// root's input and output described as NCCL's in-place forms lie (Broadcast:
-// the same buffer; Scatter: its output at its block of its input; Gather: its
-// input at its block of its output).
+// root's input and output described in one allocation (or address space) as
+// NCCL's in-place form lies.
 bool DirectPath::rootInPlaceByDescriptors(const Task& task) const {
   const Descriptor& r = descs_[task.root];
   const uint64_t at = task.count * typeSize(task.type) * static_cast<uint64_t>(task.root);
-  switch (task.coll) {
-    case CollType::kBroadcast: return sameBuffer(r.send, r.recv, 0);
-    case CollType::kScatter: return sameBuffer(r.recv, r.send, at);
-    case CollType::kGather: return sameBuffer(r.send, r.recv, at);
-    default: return false;
-  }
+  return rootMayShare(task.coll) && r.send.fd != kNone && r.send.fd == r.recv.fd &&
+         r.send.generation == r.recv.generation && inPlaceAt(task.coll, r.send.where, r.recv.where, at);
 }
 
 const DirectPath::BufferRef& DirectPath::shareRef(const Task& task, int p) const {
@@ -583,6 +578,10 @@ void DirectPath::record() {
 // The address of every buffer this rank touches, in its own address space.
 Status DirectPath::resolve(const Task& task) {
   mappings_->beginOperation();
+  // The root's share of an in-place Broadcast, Scatter or Gather: the
+  // others' blocks, in their outputs or (Gather) inputs.
+  const bool share = rootShares_ && rank_ == task.root;
+  const size_t block = task.count * typeSize(task.type);
   for (int p = 0; p < nranks_; ++p) {
     sends_[p] = nullptr;
     recvs_[p] = nullptr;
@@ -593,10 +592,6 @@ Status DirectPath::resolve(const Task& task) {
       continue;
     }
     const Touched u = touched(task, p);
-    // The root's share of an in-place Broadcast, Scatter or Gather: the
-    // others' blocks, in their outputs or (Gather) inputs.
-    const bool share = rootShares_ && rank_ == task.root;
-    const size_t block = task.count * typeSize(task.type);
     if (u.send || (share && shareInInput(task.coll))) {
       PLAIT_ASSIGN_OR_RETURN(char* s, peerAddress(p, descs_[p].send, u.send ? u.sendBytes : block));
       sends_[p] = s;
