@@ -341,6 +341,7 @@ Result<bool> DirectPath::run(const Task& task) {
   Status s = resolve(task);
   if (s.isOk()) s = execute(task);
   PLAIT_RETURN_IF_ERROR(finish(std::move(s)));
+  if (alltoallStaged(task)) placeStagedAlltoAll(task);  // no peer reads this rank's input any more
   return true;
 }
 
@@ -416,7 +417,6 @@ Result<bool> DirectPath::exchange(const Task& task) {
   mine.scalar = reduction ? task.op.scalar : 0;
   mine.send.fd = mine.recv.fd = kNone;
   const Touched me = touched(task, rank_);
-  const bool alltoall = task.coll == CollType::kAlltoAll;
   const CmaOffer offer = cmaOffer(task);
   const bool rule = offer.rule, adaptive = offer.adaptive;
   const size_t largest = offer.largest;
@@ -455,8 +455,6 @@ Result<bool> DirectPath::exchange(const Task& task) {
     else
       mine.recv = describe(task.recvbuff, b, cmaOffered);
   }
-  // In place, peers would read blocks of this rank's input it overwrites.
-  if (alltoall && task.sendbuff == task.recvbuff) mine.send.fd = kNone;
   for (int p = 0; p < nranks_; ++p)
     if (p != rank_) PLAIT_RETURN_IF_ERROR(shm_->lineSend(p)->send(&mine, sizeof mine));
   for (int p = 0; p < nranks_; ++p)
@@ -492,9 +490,8 @@ Result<bool> DirectPath::exchange(const Task& task) {
       const int32_t fd = (send ? descs_[p].send : descs_[p].recv).fd;
       if (fd == kCma) anyCma = true;  // any rank's, this one's too: every rank must reach the same verdict
       if (fd != kNone) continue;
-      const std::string why = "rank " + std::to_string(p) + "'s " + bufferName(send) +
-                              " is not in registered memory that every rank can map" +
-                              (task.coll == CollType::kAlltoAll && send ? " (or the AlltoAll is in place)" : "");
+      const std::string why =
+          "rank " + std::to_string(p) + "'s " + bufferName(send) + " is not in registered memory that every rank can map";
       logOnce(task, false, why.c_str());
       return false;
     }

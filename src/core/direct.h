@@ -42,11 +42,13 @@
 // reads it from their inputs) while they copy the rest, where every such
 // buffer is registered, or open to cross-memory attach when that path was
 // chosen (or when every buffer peers must touch is registered). AlltoAll:
-// rank r copies block r of every peer's input into its output; an in-place
-// AlltoAll falls back (peers would read blocks it overwrites). Only the
-// buffers some other rank touches need to be registered (touched() says
-// which; the buffers of an in-place root's share are optional: where one is
-// not, the other ranks copy their whole blocks).
+// rank r copies block r of every peer's input into its output. In place (or
+// where its buffers overlap at all) a rank copies them into a staging buffer
+// of its own instead, and into its output once the completion handshake says
+// no peer reads its input any more (peers would read blocks it overwrites).
+// Only the buffers some other rank touches need to be registered (touched()
+// says which; the buffers of an in-place root's share are optional: where
+// one is not, the other ranks copy their whole blocks).
 //
 // Peers' ncclMemAlloc memory is mapped through /proc/<pid>/fd/<fd> on first
 // use and the mapping cached (buffer_registry.h). Creation probes, once,
@@ -255,6 +257,11 @@ class DirectPath {
   void foldInto(const Task& task, size_t count, char* const* dsts, int nDsts, bool nonTemporal);
   Status allGather(const Task& task, bool push);
   Status rootedMove(const Task& task, bool stream);  // Broadcast, Scatter, Gather
+  Status alltoAll(const Task& task, bool stream);
+  // An AlltoAll whose input and output overlap (in place): peers' blocks are
+  // staged (alltoAll) and placed after the completion handshake.
+  bool alltoallStaged(const Task& task) const;
+  void placeStagedAlltoAll(const Task& task);
   void copy(const Task& task, const char* src, char* dst, size_t count, bool nonTemporal) const;
 
   int rank_ = 0;
@@ -287,6 +294,9 @@ class DirectPath {
   std::vector<const char*> srcs_;     // reduceInto's inputs for one chunk (stageInputs)
   std::vector<unsigned char> stage_;  // reductions by cross-memory attach: n-1 input slots and an output slot
   std::vector<unsigned char> scratch_;
+  // An in-place AlltoAll's n-1 peers' blocks (alltoallStaged), as the FIFO
+  // path's staging of such sends (p2p_batch.h) kept for the next call.
+  std::vector<unsigned char> alltoallStage_;
   // None until the first registerBuffer, pending until the op thread takes it.
   static constexpr int kNoRegistration = 0, kRegistrationPending = 1, kRegistrationNoted = 2;
   std::atomic<int> firstRegistration_{kNoRegistration};

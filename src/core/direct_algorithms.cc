@@ -4,6 +4,7 @@
 // Every reduction sums in rank order 0..n-1, so its results are the same on
 // every rank and in every direct run.
 #include <algorithm>
+#include <cstring>
 
 #include "algorithms/types.h"
 #include "base/cma.h"
@@ -34,20 +35,13 @@ Status DirectPath::execute(const Task& task) {
   }
   // The data movers: one copy each, from where the data lies to where it goes.
   const size_t b = task.count * typeSize(task.type);
-  char* recv = static_cast<char*>(task.recvbuff);
   const bool stream = b >= streamBytes_;
   switch (task.coll) {
     case CollType::kBroadcast:  // pull the root's input
     case CollType::kScatter:    // pull this rank's block of the root's input
     case CollType::kGather:     // push the input into this rank's block of the root's output
       return rootedMove(task, stream);
-    case CollType::kAlltoAll:  // block r of every input; peers in turn, starting after this rank
-      for (int k = 0; k < nranks_; ++k) {
-        const int p = (rank_ + k) % nranks_;
-        PLAIT_RETURN_IF_ERROR(
-            transfer(task, p, false, sends_[p] + b * rank_, recv + b * p, task.count, b * nranks_ >= streamBytes_));
-      }
-      return Status::ok();
+    case CollType::kAlltoAll: return alltoAll(task, b * nranks_ >= streamBytes_);
     default: return Status::ok();
   }
 }
@@ -83,6 +77,44 @@ Status DirectPath::rootedMove(const Task& task, bool stream) {
                                             task.count - cut, stream));
   }
   return Status::ok();
+}
+
+// Block r of every input; peers in turn, starting after this rank. Staged
+// (in place): the peers' blocks into alltoallStage_, slot k-1 for the k-th
+// peer after this rank, and this rank's own block left where it lies.
+Status DirectPath::alltoAll(const Task& task, bool stream) {
+  const size_t b = task.count * typeSize(task.type);
+  const bool staged = alltoallStaged(task);
+  const size_t stageBytes = b * static_cast<size_t>(nranks_ - 1);
+  if (staged && alltoallStage_.size() < stageBytes) alltoallStage_.resize(stageBytes);
+  char* recv = static_cast<char*>(task.recvbuff);
+  for (int k = staged ? 1 : 0; k < nranks_; ++k) {
+    const int p = (rank_ + k) % nranks_;
+    char* dst = staged ? reinterpret_cast<char*>(alltoallStage_.data()) + b * static_cast<size_t>(k - 1) : recv + b * p;
+    PLAIT_RETURN_IF_ERROR(transfer(task, p, false, sends_[p] + b * rank_, dst, task.count, stream && !staged));
+  }
+  return Status::ok();
+}
+
+bool DirectPath::alltoallStaged(const Task& task) const {
+  if (task.coll != CollType::kAlltoAll) return false;
+  const uintptr_t all = task.count * typeSize(task.type) * static_cast<uintptr_t>(nranks_);
+  const auto in = reinterpret_cast<uintptr_t>(task.sendbuff), out = reinterpret_cast<uintptr_t>(task.recvbuff);
+  return in < out + all && out < in + all;
+}
+
+// After the completion handshake, which no peer passes while it still reads
+// this rank's input: its own block first (where the buffers overlap only
+// partly, its source may lie under another block of the output), then the
+// staged ones.
+void DirectPath::placeStagedAlltoAll(const Task& task) {
+  const size_t b = task.count * typeSize(task.type);
+  char* recv = static_cast<char*>(task.recvbuff);
+  std::memmove(recv + b * rank_, static_cast<const char*>(task.sendbuff) + b * rank_, b);
+  for (int k = 1; k < nranks_; ++k) {
+    const int p = (rank_ + k) % nranks_;
+    std::memcpy(recv + b * p, alltoallStage_.data() + b * static_cast<size_t>(k - 1), b);
+  }
 }
 
 Status DirectPath::transfer(const Task& task, int peer, bool toPeer, const char* src, char* dst, size_t count,

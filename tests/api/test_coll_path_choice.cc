@@ -74,7 +74,7 @@ TEST_CASE("Unregistered calls between processes alternate between the FIFOs and 
       {" AllGather", spec("ncclAllGather", false, false), coll_data::checkAllGather},
       {" Gather", spec("ncclGather", true, false), coll_data::checkGather},
       {" Scatter", spec("ncclScatter", true, false), coll_data::checkScatter},
-      {" AlltoAll", spec("ncclAlltoAll", false, false, {0}), coll_data::checkAlltoAll},
+      {" AlltoAll", spec("ncclAlltoAll", false, false), coll_data::checkAlltoAll},
       {" Reduce", spec("ncclReduce", true, true), coll_reduce::checkReduce},
       {" ReduceScatter", spec("ncclReduceScatter", false, true), coll_reduce::checkReduceScatter},
   };
@@ -316,7 +316,7 @@ TEST_CASE("AlltoAll at 4 ranks goes by cross-memory attach by measurement, never
     setenv("PLAIT_DIRECT_CMA_EXPLORE_MS", "0", 1);
     setenv("PLAIT_ALLTOALL_CMA", mode, 1);
     DirectTestEnv env("1", /*adapt=*/true);
-    const SweepSpec s = spec("ncclAlltoAll", false, false, {0});
+    const SweepSpec s = spec("ncclAlltoAll", false, false);
     auto failures = runProcessesChecked(4, [&](int rank, ncclComm_t comm) {
       std::string first;
       for (int pass = 0; pass < 3 && first.empty(); ++pass) first = sweep(rank, 4, comm, s, coll_data::checkAlltoAll);

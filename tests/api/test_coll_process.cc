@@ -16,7 +16,7 @@ std::string processSweep(int rank, int nranks, ncclComm_t comm) {
   const Item items[] = {
       {reducedSpec("ncclBroadcast", true, false, {0, 1, 2}), coll_data::checkBroadcast},
       {reducedSpec("ncclAllGather", false, false), coll_data::checkAllGather},
-      {reducedSpec("ncclAlltoAll", false, false, {0}), coll_data::checkAlltoAll},
+      {reducedSpec("ncclAlltoAll", false, false), coll_data::checkAlltoAll},
       {reducedSpec("ncclGather", true, false), coll_data::checkGather},
       {reducedSpec("ncclScatter", true, false), coll_data::checkScatter},
       {reducedSpec("ncclReduce", true, true), coll_reduce::checkReduce},
