@@ -294,9 +294,12 @@ class DirectPath {
   std::vector<const char*> srcs_;     // reduceInto's inputs for one chunk (stageInputs)
   std::vector<unsigned char> stage_;  // reductions by cross-memory attach: n-1 input slots and an output slot
   std::vector<unsigned char> scratch_;
-  // An in-place AlltoAll's n-1 peers' blocks (alltoallStaged), as the FIFO
-  // path's staging of such sends (p2p_batch.h) kept for the next call.
+  // An in-place AlltoAll's n-1 peers' blocks (alltoallStaged), kept for the
+  // next call up to kAlltoallStageKeptBytes (a call that allocates it anew
+  // pays a page fault per page it fills; the FIFO path's staging of such
+  // sends keeps up to 4 MiB, p2p_batch.cc).
   std::vector<unsigned char> alltoallStage_;
+  static constexpr size_t kAlltoallStageKeptBytes = size_t{64} << 20;
   // None until the first registerBuffer, pending until the op thread takes it.
   static constexpr int kNoRegistration = 0, kRegistrationPending = 1, kRegistrationNoted = 2;
   std::atomic<int> firstRegistration_{kNoRegistration};

@@ -4,7 +4,10 @@
 // Every reduction sums in rank order 0..n-1, so its results are the same on
 // every rank and in every direct run.
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <new>
+#include <string>
 
 #include "algorithms/types.h"
 #include "base/cma.h"
@@ -86,7 +89,14 @@ Status DirectPath::alltoAll(const Task& task, bool stream) {
   const size_t b = task.count * typeSize(task.type);
   const bool staged = alltoallStaged(task);
   const size_t stageBytes = b * static_cast<size_t>(nranks_ - 1);
-  if (staged && alltoallStage_.size() < stageBytes) alltoallStage_.resize(stageBytes);
+  if (staged && alltoallStage_.size() < stageBytes) {
+    try {
+      alltoallStage_.resize(stageBytes);
+    } catch (const std::bad_alloc&) {  // an error of this rank's share: finish() still tells every peer
+      errno = ENOMEM;
+      return systemError("staging " + std::to_string(stageBytes) + " bytes of an in-place AlltoAll");
+    }
+  }
   char* recv = static_cast<char*>(task.recvbuff);
   for (int k = staged ? 1 : 0; k < nranks_; ++k) {
     const int p = (rank_ + k) % nranks_;
@@ -110,11 +120,13 @@ bool DirectPath::alltoallStaged(const Task& task) const {
 void DirectPath::placeStagedAlltoAll(const Task& task) {
   const size_t b = task.count * typeSize(task.type);
   char* recv = static_cast<char*>(task.recvbuff);
-  std::memmove(recv + b * rank_, static_cast<const char*>(task.sendbuff) + b * rank_, b);
+  const char* own = static_cast<const char*>(task.sendbuff) + b * rank_;
+  if (own != recv + b * rank_) std::memmove(recv + b * rank_, own, b);
   for (int k = 1; k < nranks_; ++k) {
     const int p = (rank_ + k) % nranks_;
     std::memcpy(recv + b * p, alltoallStage_.data() + b * static_cast<size_t>(k - 1), b);
   }
+  if (alltoallStage_.capacity() > kAlltoallStageKeptBytes) std::vector<unsigned char>().swap(alltoallStage_);
 }
 
 Status DirectPath::transfer(const Task& task, int peer, bool toPeer, const char* src, char* dst, size_t count,

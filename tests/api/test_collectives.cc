@@ -61,9 +61,9 @@ Outcome checkAllGather(ncclComm_t comm, const CaseInfo& c, int) {
 
 // AlltoAll: block j of rank i's sendbuff goes to block i of rank j's
 // recvbuff. In place too (variant 1): NCCL's header defines no in-place
-// form, Plait stages the blocks that would be overwritten before they are
-// sent (the point-to-point batch, the direct path), so sendbuff == recvbuff
-// works as it does in MPI_IN_PLACE's Alltoall.
+// form; in Plait sendbuff == recvbuff works as MPI_IN_PLACE does in
+// MPI_Alltoall (the point-to-point batch stages the sends a receive would
+// overwrite, the direct path stages the blocks it receives).
 Outcome checkAlltoAll(ncclComm_t comm, const CaseInfo& c, int) {
   const ncclDataType_t t = c.type;
   const size_t n = static_cast<size_t>(c.nranks);
