@@ -341,7 +341,7 @@ Result<bool> DirectPath::run(const Task& task) {
   Status s = resolve(task);
   if (s.isOk()) s = execute(task);
   PLAIT_RETURN_IF_ERROR(finish(std::move(s)));
-  if (alltoallStaged(task)) placeStagedAlltoAll(task);  // no peer reads this rank's input any more
+  if (!alltoallSwap_ && alltoallStaged(task)) placeStagedAlltoAll(task);  // no peer reads our input any more
   return true;
 }
 
@@ -416,6 +416,7 @@ Result<bool> DirectPath::exchange(const Task& task) {
   mine.count = static_cast<uint32_t>(task.count);
   mine.scalar = reduction ? task.op.scalar : 0;
   mine.send.fd = mine.recv.fd = kNone;
+  alltoallSwap_ = false;
   const Touched me = touched(task, rank_);
   const CmaOffer offer = cmaOffer(task);
   const bool rule = offer.rule, adaptive = offer.adaptive;
@@ -442,6 +443,7 @@ Result<bool> DirectPath::exchange(const Task& task) {
     mine.scalar = (vote(false) ? kScalarVoteOutOfPlace : 0) | (vote(true) ? kScalarVoteInPlace : 0);
   else if (vote(myForm))
     mine.shape |= kShapeVoteCma;
+  if (task.coll == CollType::kAlltoAll && myForm) mine.scalar = kScalarAlltoallInPlace;  // unused otherwise
   const bool cmaOffered = adaptive || rule;
   if (me.send) mine.send = describe(task.sendbuff, me.sendBytes, cmaOffered);
   if (me.recv) mine.recv = describe(task.recvbuff, me.recvBytes, cmaOffered);
@@ -501,6 +503,8 @@ Result<bool> DirectPath::exchange(const Task& task) {
   // must touch is registered): then there is no choice to time, and copying
   // a share that way beats copying none.
   rootShares_ = rootInPlace && othersOpenToShare(task, useCma || !anyCma);
+  alltoallSwap_ = task.coll == CollType::kAlltoAll;
+  for (int p = 0; p < nranks_ && alltoallSwap_; ++p) alltoallSwap_ = descs_[p].scalar == kScalarAlltoallInPlace;
   bool shareByCma = false;
   for (int p = 0; rootShares_ && p < nranks_; ++p)
     shareByCma = shareByCma || (p != task.root && shareRef(task, p).fd == kCma);
@@ -516,13 +520,14 @@ Result<bool> DirectPath::exchange(const Task& task) {
     logOnce(task, false, "the FIFOs were chosen over cross-memory attach");
     return false;
   }
-  const char* how = "";
+  std::string how;
   if (anyCma)
     how = rootShares_ ? " by cross-memory attach, the root copying a share" : " by cross-memory attach";
   else if (rootShares_)
     how = shareByCma ? " on registered buffers, the root copying a share by cross-memory attach"
                      : " on registered buffers, the root copying a share";
-  logOnce(task, true, how);
+  if (alltoallSwap_) how += anyCma ? ", swapping blocks in pairs" : " on registered buffers, swapping blocks in pairs";
+  logOnce(task, true, how.c_str());
   return true;
 }
 
@@ -600,6 +605,13 @@ Status DirectPath::resolve(const Task& task) {
       recvCma_[p] = descs_[p].recv.fd == kCma;
     }
   }
+  // An AlltoAll in place on every rank writes into the peers' inputs, which
+  // are their outputs (swapBlocks).
+  for (int p = 0; alltoallSwap_ && p < nranks_; ++p)
+    if (p != rank_) {
+      recvs_[p] = const_cast<char*>(sends_[p]);
+      recvCma_[p] = sendCma_[p];
+    }
   // Reductions by cross-memory attach stage n-1 inputs and one output per
   // chunk (Reduce's output slot even when every input is mapped).
   auto any = [](const std::vector<uint8_t>& v) {

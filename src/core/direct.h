@@ -42,9 +42,13 @@
 // reads it from their inputs) while they copy the rest, where every such
 // buffer is registered, or open to cross-memory attach when that path was
 // chosen (or when every buffer peers must touch is registered). AlltoAll:
-// rank r copies block r of every peer's input into its output. In place (or
-// where its buffers overlap at all) a rank copies them into a staging buffer
-// of its own instead, and into its output once the completion handshake says
+// rank r copies block r of every peer's input into its output. In place on
+// every rank, each pair of ranks swaps its two blocks (block p of rank r's
+// buffer and block r of rank p's), the lower rank half the elements and the
+// higher rank the other half, each through a chunk of its own: no byte has
+// two writers and none is read after another rank wrote it. Otherwise a rank
+// whose buffers overlap at all copies its peers' blocks into a staging
+// buffer of its own, and into its output once the completion handshake says
 // no peer reads its input any more (peers would read blocks it overwrites).
 // Only the buffers some other rank touches need to be registered (touched()
 // says which; the buffers of an in-place root's share are optional: where
@@ -258,10 +262,13 @@ class DirectPath {
   Status allGather(const Task& task, bool push);
   Status rootedMove(const Task& task, bool stream);  // Broadcast, Scatter, Gather
   Status alltoAll(const Task& task, bool stream);
-  // An AlltoAll whose input and output overlap (in place): peers' blocks are
-  // staged (alltoAll) and placed after the completion handshake.
+  // In place on every rank (alltoallSwap_): each pair of ranks swaps blocks.
+  Status swapBlocks(const Task& task);
+  // Otherwise, a rank whose AlltoAll's input and output overlap stages its
+  // peers' blocks (alltoAll) and places them after the completion handshake.
   bool alltoallStaged(const Task& task) const;
   void placeStagedAlltoAll(const Task& task);
+  Status reserveAlltoallStage(size_t bytes);
   void copy(const Task& task, const char* src, char* dst, size_t count, bool nonTemporal) const;
 
   int rank_ = 0;
@@ -275,6 +282,7 @@ class DirectPath {
   size_t streamBytes_ = SIZE_MAX;  // outputs at least this large use streaming stores
   bool gatherPush_ = false;
   bool rootShares_ = false;  // this operation's: an in-place rooted data mover's root copies a share (exchange())
+  bool alltoallSwap_ = false;  // this operation's: an AlltoAll in place on every rank (exchange(), swapBlocks)
   ShmTransport* shm_ = nullptr;
   RegistrationTable registrations_;
   std::unique_ptr<PeerMappings> mappings_;
@@ -294,12 +302,13 @@ class DirectPath {
   std::vector<const char*> srcs_;     // reduceInto's inputs for one chunk (stageInputs)
   std::vector<unsigned char> stage_;  // reductions by cross-memory attach: n-1 input slots and an output slot
   std::vector<unsigned char> scratch_;
-  // An in-place AlltoAll's n-1 peers' blocks (alltoallStaged), kept for the
-  // next call up to kAlltoallStageKeptBytes (a call that allocates it anew
-  // pays a page fault per page it fills; the FIFO path's staging of such
-  // sends keeps up to 4 MiB, p2p_batch.cc).
+  // An overlapping AlltoAll's n-1 peers' blocks (alltoallStaged), kept for
+  // the next call up to kAlltoallStageKeptBytes (a call that allocates it
+  // anew pays a page fault per page it fills; the FIFO path's staging of
+  // such sends keeps up to 4 MiB, p2p_batch.cc); swapBlocks' chunk.
   std::vector<unsigned char> alltoallStage_;
   static constexpr size_t kAlltoallStageKeptBytes = size_t{64} << 20;
+  static constexpr size_t kSwapChunkBytes = size_t{256} << 10;
   // None until the first registerBuffer, pending until the op thread takes it.
   static constexpr int kNoRegistration = 0, kRegistrationPending = 1, kRegistrationNoted = 2;
   std::atomic<int> firstRegistration_{kNoRegistration};
@@ -316,6 +325,8 @@ class DirectPath {
   static constexpr uint32_t kShapeVoteCma = 1u << 23;
   // A Broadcast's or Scatter's votes, one per form, in Descriptor::scalar (exchange()).
   static constexpr uint64_t kScalarVoteOutOfPlace = 1, kScalarVoteInPlace = 2;
+  // An AlltoAll's Descriptor::scalar: the rank runs it in place (exchange()).
+  static constexpr uint64_t kScalarAlltoallInPlace = 1;
   int reproducible_ = 0;             // PLAIT_REPRODUCIBLE (core/reproducible.h)
   bool alltoallCma_ = true;          // setAlltoAllCma: by the static rule
   bool alltoallCmaAllowed_ = true;   // setAlltoAllCma: by measurement

@@ -86,22 +86,55 @@ Status DirectPath::rootedMove(const Task& task, bool stream) {
 // (in place): the peers' blocks into alltoallStage_, slot k-1 for the k-th
 // peer after this rank, and this rank's own block left where it lies.
 Status DirectPath::alltoAll(const Task& task, bool stream) {
+  if (alltoallSwap_) return swapBlocks(task);
   const size_t b = task.count * typeSize(task.type);
   const bool staged = alltoallStaged(task);
-  const size_t stageBytes = b * static_cast<size_t>(nranks_ - 1);
-  if (staged && alltoallStage_.size() < stageBytes) {
-    try {
-      alltoallStage_.resize(stageBytes);
-    } catch (const std::bad_alloc&) {  // an error of this rank's share: finish() still tells every peer
-      errno = ENOMEM;
-      return systemError("staging " + std::to_string(stageBytes) + " bytes of an in-place AlltoAll");
-    }
-  }
+  if (staged) PLAIT_RETURN_IF_ERROR(reserveAlltoallStage(b * static_cast<size_t>(nranks_ - 1)));
   char* recv = static_cast<char*>(task.recvbuff);
   for (int k = staged ? 1 : 0; k < nranks_; ++k) {
     const int p = (rank_ + k) % nranks_;
     char* dst = staged ? reinterpret_cast<char*>(alltoallStage_.data()) + b * static_cast<size_t>(k - 1) : recv + b * p;
     PLAIT_RETURN_IF_ERROR(transfer(task, p, false, sends_[p] + b * rank_, dst, task.count, stream && !staged));
+  }
+  return Status::ok();
+}
+
+// In place on every rank: with peer p, this rank swaps its half of the
+// elements of block p of its buffer and block r of p's (the lower rank the
+// first half), a chunk at a time: read p's, write ours in its place, put
+// p's into ours. The two ranks of a pair touch disjoint halves and pairs
+// disjoint blocks, so no rank waits for another between the descriptors and
+// the completion handshake. Each rank copies 1.5 blocks per peer, where the
+// staged form copies 2 and the out-of-place one 1 (and its own block).
+Status DirectPath::swapBlocks(const Task& task) {
+  const size_t elem = typeSize(task.type), b = task.count * elem;
+  const size_t chunk = std::max<size_t>(1, kSwapChunkBytes / elem);
+  PLAIT_RETURN_IF_ERROR(reserveAlltoallStage(chunk * elem));
+  char* tmp = reinterpret_cast<char*>(alltoallStage_.data());
+  char* mine = static_cast<char*>(task.recvbuff);
+  for (int k = 1; k < nranks_; ++k) {
+    const int p = (rank_ + k) % nranks_;
+    const auto [lo, hi] = partOf(task.count, elem, rank_ < p ? 0 : 1, 2);
+    const char* theirsIn = sends_[p] + b * rank_;
+    char* theirsOut = recvs_[p] + b * rank_;  // the same bytes (resolve())
+    char* ours = mine + b * p;
+    for (size_t off = lo; off < hi; off += chunk) {
+      const size_t n = std::min(chunk, hi - off), at = off * elem;
+      PLAIT_RETURN_IF_ERROR(transfer(task, p, false, theirsIn + at, tmp, n, false));
+      PLAIT_RETURN_IF_ERROR(transfer(task, p, true, ours + at, theirsOut + at, n, false));
+      std::memcpy(ours + at, tmp, n * elem);
+    }
+  }
+  return Status::ok();
+}
+
+Status DirectPath::reserveAlltoallStage(size_t bytes) {
+  if (alltoallStage_.size() >= bytes) return Status::ok();
+  try {
+    alltoallStage_.resize(bytes);
+  } catch (const std::bad_alloc&) {  // an error of this rank's share: finish() still tells every peer
+    errno = ENOMEM;
+    return systemError("staging " + std::to_string(bytes) + " bytes of an in-place AlltoAll");
   }
   return Status::ok();
 }

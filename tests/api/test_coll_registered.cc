@@ -68,6 +68,12 @@ void checkAllDirect(const DirectTestEnv& env, const std::vector<Item>& list) {
     CHECK(env.count(item.name, true) > 0);
     CHECK(env.count(item.name, false) == 0);
     const std::string name = item.name;
+    if (name == " AlltoAll") {  // in place (variant 1) on every rank, each pair swaps blocks
+      const int swapped = env.count(item.name, true, "swapping blocks in pairs");
+      CHECK(swapped > 0);
+      CHECK(swapped < env.count(item.name, true));
+      continue;
+    }
     if (name != " Broadcast" && name != " Gather" && name != " Scatter") continue;
     // In place (variants 1 and 2) the root copies a share of every other
     // rank's block; out of place (variant 0) they copy it all.
@@ -130,23 +136,25 @@ TEST_CASE("An in-place Broadcast whose receivers' outputs are unregistered goes 
   CHECK(env.count(" Broadcast", true, "copying a share") == 0);
 }
 
-// In place, and with sendbuff shifted against recvbuff by a block either
-// way or by a few elements (NCCL leaves such overlaps undefined; Plait treats
-// them as in place): every rank stages its peers' blocks and places them,
-// and its own, after the completion handshake, so no peer reads a block it
-// has overwritten.
+// In place on every rank, each pair of ranks swaps its blocks; with
+// sendbuff shifted against recvbuff by a block either way or by a few
+// elements (NCCL leaves such overlaps undefined; Plait runs them), or in
+// place on rank 0 only, a rank whose buffers overlap stages its peers' blocks
+// and places them, and its own, after the completion handshake, so no peer
+// reads a block it has overwritten.
 TEST_CASE("An AlltoAll whose buffers overlap runs direct on registered buffers, correctly", "[registered]") {
   DirectTestEnv env;
   const ptrdiff_t count = 4099;
-  const std::vector<ptrdiff_t> shifts = {0, count, -count, 3, -5};
+  constexpr ptrdiff_t kOnlyRank0 = 1;  // rank 0 in place, the others out of place
+  const std::vector<ptrdiff_t> shifts = {0, count, -count, 3, -5, kOnlyRank0};
   for (ptrdiff_t shift : shifts) {
-    INFO("sendbuff at recvbuff + " << shift << " elements");
+    INFO("sendbuff at recvbuff + " << shift << " elements" << (shift == kOnlyRank0 ? " (rank 0 in place only)" : ""));
     auto failures = runThreads(3, [&](int rank, ncclComm_t comm) -> std::string {
       RegisteredBuffers registered(comm);
-      Guarded buf(5 * count, ncclInt32);
+      Guarded buf(5 * count, ncclInt32), other(3 * count, ncclInt32);
       auto* v = reinterpret_cast<int32_t*>(buf.data());
       int32_t* recv = v + count;
-      int32_t* send = recv + shift;
+      int32_t* send = shift == kOnlyRank0 ? (rank == 0 ? recv : reinterpret_cast<int32_t*>(other.data())) : recv + shift;
       for (ptrdiff_t i = 0; i < 5 * count; ++i) v[i] = -1;
       for (int j = 0; j < 3; ++j)
         for (ptrdiff_t i = 0; i < count; ++i) send[j * count + i] = rank * 1000003 + j * 10007 + int32_t(i);
@@ -161,6 +169,7 @@ TEST_CASE("An AlltoAll whose buffers overlap runs direct on registered buffers, 
     for (auto& f : failures) FAIL_CHECK(f);
   }
   CHECK(env.count(" AlltoAll", true) == 3 * static_cast<int>(shifts.size()));
+  CHECK(env.count(" AlltoAll", true, "swapping blocks in pairs") == 3);  // shift 0 only
   CHECK(env.count(" AlltoAll", false) == 0);
 }
 
@@ -207,6 +216,8 @@ TEST_CASE("Data movers on unregistered buffers between processes run direct by c
     INFO(alltoall.front().name << " (" << cpus << " CPUs)");
     CHECK((env.count(alltoall.front().name, true) > 0) == alltoallDirect);
     CHECK((env.count(alltoall.front().name, false) > 0) == !alltoallDirect);
+    CHECK((env.count(alltoall.front().name, true, "by cross-memory attach, swapping blocks in pairs") > 0) ==
+          alltoallDirect);
   }
   for (const Item& item : reductions) {
     INFO(item.name);
