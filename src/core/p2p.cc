@@ -164,11 +164,18 @@ Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Sta
       if (lines && p != rank_) batch.lineRecv(p, dst, bytes);
       else batch.recv(p, dst, bytes);
     };
+    // A root's own block that already lies where it belongs (in place) is
+    // no message: as one, it overlapped its own receive, so the batch staged
+    // it and copied it back, two copies where none is due. So is an
+    // AlltoAll's own block in place.
+    const bool ownInPlace = rank_ == t.root && ((t.coll == CollType::kGather && in == out + rank_ * bytes) ||
+                                                (t.coll == CollType::kScatter && in + rank_ * bytes == out));
     switch (t.coll) {
       case CollType::kSend: batch.send(t.peer, in, bytes); break;
       case CollType::kRecv: batch.recv(t.peer, out, bytes); break;
       case CollType::kAlltoAll:
         for (int p = 0; p < nranks_; ++p) {
+          if (p == rank_ && in == out) continue;  // its own block, in place: where it belongs (below)
           // Read in place where every local rank has a core of its own
           // (alltoallCma_), else written in the window: a sender waits
           // for no descheduled reader longer than P2P_PUT_WAIT_US.
@@ -189,17 +196,19 @@ Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Sta
       // root's buffer the direct path (direct.cc) takes Scatter anyway
       // (perf/results/host/scatter_cma.md).
       case CollType::kGather:
-        send(t.root, in, putBlock, /*put=*/true);
+        if (!ownInPlace) send(t.root, in, putBlock, /*put=*/true);
         if (rank_ == t.root)
-          for (int p = 0; p < nranks_; ++p) recv(p, out + p * bytes);
+          for (int p = 0; p < nranks_; ++p)
+            if (p != rank_ || !ownInPlace) recv(p, out + p * bytes);
         break;
       case CollType::kScatter:
         if (rank_ == t.root) {
           const auto block = static_cast<int64_t>(bytes);
           const bool single = block >= scatterCmaMin && block <= scatterCmaMax;
-          for (int p = 0; p < nranks_; ++p) send(p, in + p * bytes, single);
+          for (int p = 0; p < nranks_; ++p)
+            if (p != rank_ || !ownInPlace) send(p, in + p * bytes, single);
         }
-        recv(t.root, out);
+        if (!ownInPlace) recv(t.root, out);
         break;
       default:
         return internalError(std::string(collName(t.coll)) + " is not a point-to-point operation");
