@@ -164,18 +164,20 @@ Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Sta
       if (lines && p != rank_) batch.lineRecv(p, dst, bytes);
       else batch.recv(p, dst, bytes);
     };
-    // A root's own block that already lies where it belongs (in place) is
-    // no message: as one, it overlapped its own receive, so the batch staged
-    // it and copied it back, two copies where none is due. So is an
-    // AlltoAll's own block in place.
-    const bool ownInPlace = rank_ == t.root && ((t.coll == CollType::kGather && in == out + rank_ * bytes) ||
-                                                (t.coll == CollType::kScatter && in + rank_ * bytes == out));
+    // A collective's own block is a copy apart from the caller's sends to
+    // itself (copyOwn); none where it already lies where it belongs (in
+    // place): as a message it overlapped its own receive, so the batch staged
+    // it and copied it back, two copies where none is due.
+    const bool scatterSingle = static_cast<int64_t>(bytes) >= scatterCmaMin && static_cast<int64_t>(bytes) <= scatterCmaMax;
     switch (t.coll) {
       case CollType::kSend: batch.send(t.peer, in, bytes); break;
       case CollType::kRecv: batch.recv(t.peer, out, bytes); break;
       case CollType::kAlltoAll:
         for (int p = 0; p < nranks_; ++p) {
-          if (p == rank_ && in == out) continue;  // its own block, in place: where it belongs (below)
+          if (p == rank_) {
+            if (in != out) batch.copyOwn(in + p * bytes, out + p * bytes, bytes);
+            continue;
+          }
           // Read in place where every local rank has a core of its own
           // (alltoallCma_), else written in the window: a sender waits
           // for no descheduled reader longer than P2P_PUT_WAIT_US.
@@ -196,19 +198,22 @@ Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Sta
       // root's buffer the direct path (direct.cc) takes Scatter anyway
       // (perf/results/host/scatter_cma.md).
       case CollType::kGather:
-        if (!ownInPlace) send(t.root, in, putBlock, /*put=*/true);
-        if (rank_ == t.root)
-          for (int p = 0; p < nranks_; ++p)
-            if (p != rank_ || !ownInPlace) recv(p, out + p * bytes);
+        if (rank_ != t.root) {
+          send(t.root, in, putBlock, /*put=*/true);
+          break;
+        }
+        if (in != out + rank_ * bytes) batch.copyOwn(in, out + rank_ * bytes, bytes);
+        for (int p = 0; p < nranks_; ++p)
+          if (p != rank_) recv(p, out + p * bytes);
         break;
       case CollType::kScatter:
-        if (rank_ == t.root) {
-          const auto block = static_cast<int64_t>(bytes);
-          const bool single = block >= scatterCmaMin && block <= scatterCmaMax;
-          for (int p = 0; p < nranks_; ++p)
-            if (p != rank_ || !ownInPlace) send(p, in + p * bytes, single);
+        if (rank_ != t.root) {
+          recv(t.root, out);
+          break;
         }
-        if (!ownInPlace) recv(t.root, out);
+        for (int p = 0; p < nranks_; ++p)
+          if (p != rank_) send(p, in + p * bytes, scatterSingle);
+        if (in + rank_ * bytes != out) batch.copyOwn(in + rank_ * bytes, out, bytes);
         break;
       default:
         return internalError(std::string(collName(t.coll)) + " is not a point-to-point operation");

@@ -137,24 +137,58 @@ P2pBatch::~P2pBatch() {
   if (shared_) storage_.busy = false;
 }
 
-Status P2pBatch::checkSelf() const {
+// Calls f(send, receive) for each pair of messages to and from this rank
+// itself, in call order within each kind (the caller's, a collective's own
+// blocks: copyOwn); returns false where a kind's counts differ (f then saw
+// that kind's first pairs only).
+template <typename F>
+bool P2pBatch::forSelfPairs(F&& f) const {
   const PeerQueues& q = peers_[rank_];
-  if (q.sends.size() != q.recvs.size())
-    return invalidUsage("rank " + std::to_string(rank_) + " posted " + std::to_string(q.sends.size()) +
-                        " send(s) to itself but " + std::to_string(q.recvs.size()) + " receive(s) from itself");
-  for (size_t i = 0; i < q.sends.size(); ++i)
-    if (q.sends[i].bytes != q.recvs[i].bytes)
-      return invalidUsage("send to self of " + std::to_string(q.sends[i].bytes) + " bytes paired with a receive of " +
-                          std::to_string(q.recvs[i].bytes) + " bytes");
+  for (bool own : {false, true}) {
+    size_t i = 0, j = 0;
+    for (;;) {
+      while (i < q.sends.size() && q.sends[i].own != own) ++i;
+      while (j < q.recvs.size() && q.recvs[j].own != own) ++j;
+      if (i == q.sends.size() || j == q.recvs.size()) {
+        if (i != q.sends.size() || j != q.recvs.size()) return false;
+        break;
+      }
+      f(q.sends[i++], q.recvs[j++]);
+    }
+  }
+  return true;
+}
+
+Status P2pBatch::checkSelf() const {
+  const Message* badSend = nullptr;
+  const Message* badRecv = nullptr;
+  const bool paired = forSelfPairs([&](const Message& send, const Message& recv) {
+    if (send.bytes != recv.bytes && badSend == nullptr) {
+      badSend = &send;
+      badRecv = &recv;
+    }
+  });
+  const PeerQueues& q = peers_[rank_];
+  if (!paired) {
+    auto users = [](const std::vector<Message>& v) {
+      return std::count_if(v.begin(), v.end(), [](const Message& m) { return !m.own; });
+    };
+    return invalidUsage("rank " + std::to_string(rank_) + " posted " + std::to_string(users(q.sends)) +
+                        " send(s) to itself but " + std::to_string(users(q.recvs)) + " receive(s) from itself");
+  }
+  if (badSend != nullptr)
+    return invalidUsage("send to self of " + std::to_string(badSend->bytes) + " bytes paired with a receive of " +
+                        std::to_string(badRecv->bytes) + " bytes");
   return Status::ok();
 }
 
 void P2pBatch::copySelf() {
+  forSelfPairs([](const Message& send, const Message& recv) {
+    if (send.bytes && send.src != recv.dst) std::memmove(recv.dst, send.src, send.bytes);
+  });
   PeerQueues& q = peers_[rank_];
-  for (size_t i = 0; i < q.sends.size(); ++i)
-    if (q.sends[i].bytes && q.sends[i].src != q.recvs[i].dst)
-      std::memmove(q.recvs[i].dst, q.sends[i].src, q.sends[i].bytes);
-  q.nextSend = q.nextRecv = q.sends.size();
+  q.nextSend = q.sends.size();
+  q.nextRecv = q.recvs.size();
 }
 
 Status P2pBatch::checkPeers() const {

@@ -40,6 +40,7 @@ struct Message {
   bool staged = false;        // sends: src is a copy (stageOverlappingSends)
   bool put = false;           // sends: single copy by writing; receives: the sender is writing it
   uint64_t request = 0;       // receives being written: the request's step (its reply word)
+  bool own = false;  // to or from this rank itself: a collective's own block (copyOwn), paired apart
 };
 
 // Per peer, the sends and the receives in call order, and how far each got;
@@ -103,8 +104,22 @@ class P2pBatch {
   void recv(int peer, void* dst, size_t bytes) {
     peers_[peer].recvs.push_back(Message{peer, nullptr, static_cast<char*>(dst), bytes, 0, false});
   }
+  // A collective's own block, from where this rank's input holds it to where
+  // its output wants it: a send to itself and a receive from itself that
+  // pair with each other, apart from the caller's sends to itself (which pair
+  // with its receives from itself in call order), so a grouped ncclSend to
+  // self never lands in a Gather's block. Copied when the batch is posted,
+  // staged first like any send whose buffer a receive of the batch writes.
+  void copyOwn(const void* src, void* dst, size_t bytes) {
+    Message m{rank_, static_cast<const char*>(src), nullptr, bytes, 0, false};
+    m.own = true;
+    peers_[rank_].sends.push_back(m);
+    m.src = nullptr;
+    m.dst = static_cast<char*>(dst);
+    peers_[rank_].recvs.push_back(m);
+  }
   // A block through the line FIFO (another rank: the blocks with this rank
-  // itself pair with send() and recv()).
+  // itself pair with send() and recv(), or copyOwn()).
   void lineSend(int peer, const void* src, size_t bytes) {
     peers_[peer].lineSends.push_back(Message{peer, static_cast<const char*>(src), nullptr, bytes, 0, false});
   }
@@ -119,6 +134,8 @@ class P2pBatch {
   ~P2pBatch();
 
  private:
+  template <typename F>
+  bool forSelfPairs(F&& f) const;
   Status checkSelf() const;
   void copySelf();
   void stageOverlappingSends();

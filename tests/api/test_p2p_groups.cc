@@ -173,6 +173,61 @@ TEST_CASE("Send/Recv to self inside a group, in either order", "[p2p][self]") {
   }
 }
 
+// A Gather's or Scatter's root and an AlltoAll's rank copy their own block
+// apart from the caller's sends to itself: in a group that sends to self
+// before the collective and receives after it, the send still reaches the
+// receive (self messages pair in call order) and the block its own place,
+// out of place and in place. Blocks of 4099 floats go through the batch.
+TEST_CASE("Sends to self around a grouped Gather, Scatter or AlltoAll reach their receives", "[p2p][self][group]") {
+  const size_t count = 4099;
+  for (const char* coll : {"ncclGather", "ncclScatter", "ncclAlltoAll"})
+    for (bool inPlace : {false, true}) {
+      INFO(coll << (inPlace ? " in place" : " out of place"));
+      auto failures = runThreads(3, [&](int rank, ncclComm_t comm) -> std::string {
+        const std::string name = coll;
+        const int root = 1;
+        const bool gather = name == "ncclGather", scatter = name == "ncclScatter";
+        Guarded selfSend(count, ncclFloat32), selfRecv(count, ncclFloat32);
+        Guarded in(3 * count, ncclFloat32), out(3 * count, ncclFloat32);
+        fillPattern(selfSend.data(), 0, count, ncclFloat32, seedOf(rank, 99));
+        // Rank r's block j of an input is seedOf(r, j); a Gather's input is one block, seedOf(r, -1).
+        char* input = inPlace ? out.data() : in.data();
+        if (gather)
+          fillPattern(input, inPlace ? rank * count : 0, count, ncclFloat32, seedOf(rank, -1));
+        else
+          for (int j = 0; j < 3; ++j) fillPattern(input, j * count, count, ncclFloat32, seedOf(rank, j));
+        const size_t w = sizeof(float);
+        if (ncclGroupStart() != ncclSuccess) return "ncclGroupStart failed";
+        ncclResult_t r = ncclSend(selfSend.data(), count, ncclFloat32, rank, comm, nullptr);
+        if (gather)
+          r = r != ncclSuccess ? r
+                               : ncclGather(inPlace ? out.data() + rank * count * w : in.data(), out.data(), count,
+                                            ncclFloat32, root, comm, nullptr);
+        else if (scatter)
+          r = r != ncclSuccess ? r
+                               : ncclScatter(input, inPlace ? out.data() + rank * count * w : out.data(), count,
+                                             ncclFloat32, root, comm, nullptr);
+        else
+          r = r != ncclSuccess ? r : ncclAlltoAll(input, out.data(), count, ncclFloat32, comm, nullptr);
+        if (r == ncclSuccess) r = ncclRecv(selfRecv.data(), count, ncclFloat32, rank, comm, nullptr);
+        const ncclResult_t end = ncclGroupEnd();
+        if (r != ncclSuccess || end != ncclSuccess) return std::string("the group failed: ") + ncclGetLastError(comm);
+        CaseInfo c = p2pCase(coll, ncclFloat32, count, 3, rank);
+        c.inPlace = inPlace;
+        Checker chk(c);
+        chk.pattern("receive from self", selfRecv.data(), 0, count, seedOf(rank, 99));
+        if (gather && rank == root)
+          for (int j = 0; j < 3; ++j) chk.pattern("root output", out.data(), j * count, count, seedOf(j, -1));
+        if (scatter)
+          chk.pattern("output", out.data(), inPlace ? rank * count : 0, count, seedOf(root, rank));
+        if (!gather && !scatter)
+          for (int j = 0; j < 3; ++j) chk.pattern("output", out.data(), j * count, count, seedOf(j, rank));
+        return chk.error();
+      });
+      for (auto& f : failures) FAIL_CHECK(f);
+    }
+}
+
 TEST_CASE("Zero-byte sends and receives complete and write nothing", "[p2p][zero]") {
   for (int nranks : {2, 3}) {
     INFO("nranks " << nranks);
