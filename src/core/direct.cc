@@ -492,8 +492,8 @@ Result<bool> DirectPath::exchange(const Task& task) {
       const int32_t fd = (send ? descs_[p].send : descs_[p].recv).fd;
       if (fd == kCma) anyCma = true;  // any rank's, this one's too: every rank must reach the same verdict
       if (fd != kNone) continue;
-      const std::string why =
-          "rank " + std::to_string(p) + "'s " + bufferName(send) + " is not in registered memory that every rank can map";
+      const std::string why = "rank " + std::to_string(p) + "'s " + bufferName(send) +
+                              " is not in registered memory that every rank can map";
       logOnce(task, false, why.c_str());
       return false;
     }
@@ -526,7 +526,8 @@ Result<bool> DirectPath::exchange(const Task& task) {
   else if (rootShares_)
     how = shareByCma ? " on registered buffers, the root copying a share by cross-memory attach"
                      : " on registered buffers, the root copying a share";
-  if (alltoallSwap_) how += anyCma ? ", swapping blocks in pairs" : " on registered buffers, swapping blocks in pairs";
+  if (alltoallSwap_)
+    how += anyCma ? ", swapping blocks in pairs" : " on registered buffers, swapping blocks in pairs";
   logOnce(task, true, how.c_str());
   return true;
 }

@@ -168,7 +168,8 @@ Status Communicator::runP2p(std::span<const Task> tasks, const std::function<Sta
     // itself (copyOwn); none where it already lies where it belongs (in
     // place): as a message it overlapped its own receive, so the batch staged
     // it and copied it back, two copies where none is due.
-    const bool scatterSingle = static_cast<int64_t>(bytes) >= scatterCmaMin && static_cast<int64_t>(bytes) <= scatterCmaMax;
+    const auto block = static_cast<int64_t>(bytes);
+    const bool scatterSingle = block >= scatterCmaMin && block <= scatterCmaMax;
     switch (t.coll) {
       case CollType::kSend: batch.send(t.peer, in, bytes); break;
       case CollType::kRecv: batch.recv(t.peer, out, bytes); break;

@@ -154,7 +154,8 @@ TEST_CASE("An AlltoAll whose buffers overlap runs direct on registered buffers, 
       Guarded buf(5 * count, ncclInt32), other(3 * count, ncclInt32);
       auto* v = reinterpret_cast<int32_t*>(buf.data());
       int32_t* recv = v + count;
-      int32_t* send = shift == kOnlyRank0 ? (rank == 0 ? recv : reinterpret_cast<int32_t*>(other.data())) : recv + shift;
+      int32_t* send = recv + shift;
+      if (shift == kOnlyRank0) send = rank == 0 ? recv : reinterpret_cast<int32_t*>(other.data());
       for (ptrdiff_t i = 0; i < 5 * count; ++i) v[i] = -1;
       for (int j = 0; j < 3; ++j)
         for (ptrdiff_t i = 0; i < count; ++i) send[j * count + i] = rank * 1000003 + j * 10007 + int32_t(i);

@@ -63,7 +63,7 @@ Outcome checkAllGather(ncclComm_t comm, const CaseInfo& c, int) {
 // recvbuff. In place too (variant 1): NCCL's header defines no in-place
 // form; in Plait sendbuff == recvbuff works as MPI_IN_PLACE does in
 // MPI_Alltoall (the point-to-point batch stages the sends a receive would
-// overwrite, the direct path stages the blocks it receives).
+// overwrite; on the direct path pairs of ranks swap their blocks).
 Outcome checkAlltoAll(ncclComm_t comm, const CaseInfo& c, int) {
   const ncclDataType_t t = c.type;
   const size_t n = static_cast<size_t>(c.nranks);
