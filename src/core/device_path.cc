@@ -316,24 +316,50 @@ Status Communicator::runDeviceP2p(const std::vector<Task>& tasks) {
         requests.push_back(DeviceP2pRequest{DeviceP2pRequest::kRecv, peer, nullptr, dst, bytes});
       }
     };
+    // A collective's own block: a local copy, apart from the caller's sends
+    // to itself (which pair with its receives from itself in call order);
+    // none where it already lies in place.
+    auto copyOwn = [&](const void* src, void* dst) {
+      if (src != dst) requests.push_back(DeviceP2pRequest{DeviceP2pRequest::kCopy, rank_, src, dst, bytes});
+    };
     switch (t.coll) {
       case CollType::kSend: send(t.peer, in); break;
       case CollType::kRecv: recv(t.peer, out); break;
-      case CollType::kAlltoAll:
+      case CollType::kAlltoAll: {
+        // The kernel sends each block while it receives: blocks it would
+        // overwrite before they leave cannot be staged on the device here.
+        const size_t all = bytes * static_cast<size_t>(nranks_);
+        if (nranks_ > 1 && in < out + all && out < in + all)
+          return invalidArgument("ncclAlltoAll on device buffers whose sendbuff and recvbuff overlap (in place): "
+                                 "NCCL leaves that undefined and Plait runs it on host memory only; give the "
+                                 "device call separate buffers");
         for (int p = 0; p < nranks_; ++p) {
+          if (p == rank_) {
+            copyOwn(in + p * bytes, out + p * bytes);
+            continue;
+          }
           send(p, in + p * bytes);
           recv(p, out + p * bytes);
         }
         break;
+      }
       case CollType::kGather:
-        send(t.root, in);
-        if (rank_ == t.root)
-          for (int p = 0; p < nranks_; ++p) recv(p, out + p * bytes);
+        if (rank_ != t.root) {
+          send(t.root, in);
+          break;
+        }
+        copyOwn(in, out + rank_ * bytes);
+        for (int p = 0; p < nranks_; ++p)
+          if (p != rank_) recv(p, out + p * bytes);
         break;
       case CollType::kScatter:
-        if (rank_ == t.root)
-          for (int p = 0; p < nranks_; ++p) send(p, in + p * bytes);
-        recv(t.root, out);
+        if (rank_ != t.root) {
+          recv(t.root, out);
+          break;
+        }
+        for (int p = 0; p < nranks_; ++p)
+          if (p != rank_) send(p, in + p * bytes);
+        copyOwn(in + rank_ * bytes, out);
         break;
       default: return internalError(std::string(collName(t.coll)) + " is not point-to-point");
     }

@@ -182,6 +182,9 @@ TEST_CASE("Sends to self around a grouped Gather, Scatter or AlltoAll reach thei
   const size_t count = 4099;
   for (const char* coll : {"ncclGather", "ncclScatter", "ncclAlltoAll"})
     for (bool inPlace : {false, true}) {
+#ifdef PLAIT_DEVICE_STAGING
+      if (inPlace && std::string(coll) == "ncclAlltoAll") continue;  // refused on device buffers (test_collectives.cc)
+#endif
       INFO(coll << (inPlace ? " in place" : " out of place"));
       auto failures = runThreads(3, [&](int rank, ncclComm_t comm) -> std::string {
         const std::string name = coll;

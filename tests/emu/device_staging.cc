@@ -281,7 +281,7 @@ ncclResult_t alltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDa
   const size_t bytes = count * typeBytes(type) * nranksOf(comm);
   return run(comm, stream, sendbuff, bytes, recvbuff, bytes, [&](const void* s, void* r, cudaStream_t st) {
     return ::ncclAlltoAll(s, r, count, type, comm, st);
-  });
+  }, nranksOf(comm) == 1 && sendbuff == recvbuff);
 }
 
 ncclResult_t gather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t type, int root,
