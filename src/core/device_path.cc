@@ -331,8 +331,8 @@ Status Communicator::runDeviceP2p(const std::vector<Task>& tasks) {
         const size_t all = bytes * static_cast<size_t>(nranks_);
         if (nranks_ > 1 && in < out + all && out < in + all)
           return invalidArgument("ncclAlltoAll on device buffers whose sendbuff and recvbuff overlap (in place): "
-                                 "NCCL leaves that undefined and Plait runs it on host memory only; give the "
-                                 "device call separate buffers");
+                                 "NCCL defines no in-place AlltoAll and Plait runs one on host memory only; give "
+                                 "the device call separate buffers");
         for (int p = 0; p < nranks_; ++p) {
           if (p == rank_) {
             copyOwn(in + p * bytes, out + p * bytes);
