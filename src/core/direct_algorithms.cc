@@ -82,9 +82,10 @@ Status DirectPath::rootedMove(const Task& task, bool stream) {
   return Status::ok();
 }
 
-// Block r of every input; peers in turn, starting after this rank. Staged
-// (in place): the peers' blocks into alltoallStage_, slot k-1 for the k-th
-// peer after this rank, and this rank's own block left where it lies.
+// Block r of every input; peers in turn, starting after this rank. In place
+// on every rank: swapBlocks. Else, where this rank's buffers overlap
+// (staged): the peers' blocks into alltoallStage_, slot k-1 for the k-th
+// peer after this rank, placed with its own block after the handshake.
 Status DirectPath::alltoAll(const Task& task, bool stream) {
   if (alltoallSwap_) return swapBlocks(task);
   const size_t b = task.count * typeSize(task.type);
