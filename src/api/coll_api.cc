@@ -78,6 +78,19 @@ struct CollCall {
   int peer = -1;
 };
 
+// An AlltoAll on device buffers that overlap, with data and more than one
+// rank: the kernel sends each block while it receives, and nothing stages on
+// the device the blocks it would overwrite (host memory runs it in place).
+// Refused at the call, so a group reports it before anything of it runs.
+Status checkDeviceAlltoAll(ncclComm_t comm, const CollCall& c) {
+  const uintptr_t all = c.count * plait::typeSize(c.type) * static_cast<uintptr_t>(comm->nranks);
+  const auto in = reinterpret_cast<uintptr_t>(c.sendbuff), out = reinterpret_cast<uintptr_t>(c.recvbuff);
+  if (comm->nranks < 2 || c.count == 0 || !(in < out + all && out < in + all)) return Status::ok();
+  return plait::invalidArgument("ncclAlltoAll on device buffers whose sendbuff and recvbuff overlap (in place): "
+                                "NCCL defines no in-place AlltoAll and Plait runs one on host memory only; give the "
+                                "device call separate buffers");
+}
+
 ncclResult_t collective(ncclComm_t comm, const CollCall& c, size_t sendMult, size_t recvMult, bool sendAtRootOnly,
                         bool recvAtRootOnly, cudaStream_t stream, const ncclCollConfig_t* config = nullptr) {
   Task task;
@@ -102,6 +115,7 @@ ncclResult_t collective(ncclComm_t comm, const CollCall& c, size_t sendMult, siz
       if (s.isOk()) s = checkBuffer(b.ptr, b.count, b.name);
     if (s.isOk()) s = placeTask(comm, used, stream, &task);
   }
+  if (s.isOk() && task.onDevice && c.coll == plait::CollType::kAlltoAll) s = checkDeviceAlltoAll(comm, c);
   if (s.isOk() && c.reduces) s = resolveOp(comm, static_cast<ncclRedOp_t>(c.op), c.type, &task);
   if (s.isOk() && config != nullptr) s = applyCollConfig(config, &task);
   if (!s.isOk()) return rejected(s, c.name);

@@ -326,13 +326,11 @@ Status Communicator::runDeviceP2p(const std::vector<Task>& tasks) {
       case CollType::kSend: send(t.peer, in); break;
       case CollType::kRecv: recv(t.peer, out); break;
       case CollType::kAlltoAll: {
-        // The kernel sends each block while it receives: blocks it would
-        // overwrite before they leave cannot be staged on the device here.
+        // The kernel sends each block while it receives: an AlltoAll whose
+        // buffers overlap was refused at the call (api/coll_api.cc).
         const size_t all = bytes * static_cast<size_t>(nranks_);
         if (nranks_ > 1 && in < out + all && out < in + all)
-          return invalidArgument("ncclAlltoAll on device buffers whose sendbuff and recvbuff overlap (in place): "
-                                 "NCCL defines no in-place AlltoAll and Plait runs one on host memory only; give "
-                                 "the device call separate buffers");
+          return internalError("an AlltoAll on overlapping device buffers reached the device path");
         for (int p = 0; p < nranks_; ++p) {
           if (p == rank_) {
             copyOwn(in + p * bytes, out + p * bytes);
