@@ -83,9 +83,8 @@ struct CollCall {
 // the device the blocks it would overwrite (host memory runs it in place).
 // Refused at the call, so a group reports it before anything of it runs.
 Status checkDeviceAlltoAll(ncclComm_t comm, const CollCall& c) {
-  const uintptr_t all = c.count * plait::typeSize(c.type) * static_cast<uintptr_t>(comm->nranks);
-  const auto in = reinterpret_cast<uintptr_t>(c.sendbuff), out = reinterpret_cast<uintptr_t>(c.recvbuff);
-  if (comm->nranks < 2 || c.count == 0 || !(in < out + all && out < in + all)) return Status::ok();
+  const size_t all = c.count * plait::typeSize(c.type) * static_cast<size_t>(comm->nranks);
+  if (comm->nranks < 2 || c.count == 0 || !plait::rangesOverlap(c.sendbuff, c.recvbuff, all)) return Status::ok();
   return plait::invalidArgument("ncclAlltoAll on device buffers whose sendbuff and recvbuff overlap (in place): "
                                 "NCCL defines no in-place AlltoAll and Plait runs one on host memory only; give the "
                                 "device call separate buffers");

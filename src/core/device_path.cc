@@ -328,8 +328,7 @@ Status Communicator::runDeviceP2p(const std::vector<Task>& tasks) {
       case CollType::kAlltoAll: {
         // The kernel sends each block while it receives: an AlltoAll whose
         // buffers overlap was refused at the call (api/coll_api.cc).
-        const size_t all = bytes * static_cast<size_t>(nranks_);
-        if (nranks_ > 1 && in < out + all && out < in + all)
+        if (nranks_ > 1 && rangesOverlap(in, out, bytes * static_cast<size_t>(nranks_)))
           return internalError("an AlltoAll on overlapping device buffers reached the device path");
         for (int p = 0; p < nranks_; ++p) {
           if (p == rank_) {

@@ -142,9 +142,7 @@ Status DirectPath::reserveAlltoallStage(size_t bytes) {
 
 bool DirectPath::alltoallStaged(const Task& task) const {
   if (task.coll != CollType::kAlltoAll) return false;
-  const uintptr_t all = task.count * typeSize(task.type) * static_cast<uintptr_t>(nranks_);
-  const auto in = reinterpret_cast<uintptr_t>(task.sendbuff), out = reinterpret_cast<uintptr_t>(task.recvbuff);
-  return in < out + all && out < in + all;
+  return rangesOverlap(task.sendbuff, task.recvbuff, task.count * typeSize(task.type) * nranks_);
 }
 
 // After the completion handshake, which no peer passes while it still reads

@@ -34,6 +34,13 @@ inline bool isPointToPoint(CollType c) {
          c == CollType::kScatter;
 }
 
+// Whether the `bytes` at `a` and the `bytes` at `b` share any byte (an
+// AlltoAll's input and output, each `bytes` long).
+inline bool rangesOverlap(const void* a, const void* b, size_t bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bytes && y < x + bytes;
+}
+
 struct Task {
   CollType coll = CollType::kAllReduce;
   const void* sendbuff = nullptr;
