@@ -220,7 +220,7 @@ Status P2pBatch::pumpSends(PeerQueues& q, bool* moved) {
       return Status::ok();
     }
     *moved = true;
-    if (m.done == 0 && m.mayRendezvous && rendezvous(m.peer, m.bytes) && (!m.put || mayPut(*fifo, m))) {
+    if (m.done == 0 && m.mayRendezvous && rendezvous(m.peer, m.bytes) && (!m.put || mayPut(*fifo, q, m))) {
       const int32_t self = static_cast<int32_t>(getpid());  // not cached: forked ranks
       const RendezvousDescriptor d{m.bytes, m.put ? 0 : reinterpret_cast<uint64_t>(m.src), self, 0};
       std::memcpy(slot, &d, sizeof(d));
@@ -352,6 +352,25 @@ Status P2pBatch::readRendezvous(int peer, Message& m, const char* slot, uint64_t
 // The front send's write once requested: when the peer has answered with
 // where to write, one chunk per pass (so other peers progress too), then the
 // report (after a failed write too, so the peer fails at once).
+bool P2pBatch::mayPut(const FifoSender& fifo, const PeerQueues& q, const Message& m) const {
+  const uint64_t nSteps = static_cast<uint64_t>(fifo.shape().nSteps), step = fifo.shape().stepBytes;
+  const uint64_t need = (m.bytes + step - 1) / step;
+  if (pids_[m.peer] <= 0 || nSteps < 2 || (need + 1 > nSteps && need <= nSteps)) return false;
+  // The step m is about to take is still counted free (acquired, not posted).
+  const uint64_t freeNow = nSteps - fifo.pending();
+  return freeNow != fifoStepsFrom(q, q.nextSend, step);
+}
+
+uint64_t P2pBatch::fifoStepsFrom(const PeerQueues& q, size_t first, size_t stepBytes) const {
+  uint64_t steps = 0;
+  for (size_t i = first; i < q.sends.size(); ++i) {
+    const Message& x = q.sends[i];
+    const bool read = x.mayRendezvous && !x.put && rendezvous(x.peer, x.bytes);
+    steps += read || x.bytes == 0 ? 1 : (x.bytes + stepBytes - 1) / stepBytes;
+  }
+  return steps;
+}
+
 Status P2pBatch::pumpPut(FifoSender* fifo, PeerQueues& q, Message& m, bool* moved) {
   const int pid = pids_[m.peer];
   if (q.putStep != 0) {

@@ -151,21 +151,20 @@ class P2pBatch {
                          const RendezvousDescriptor& d) const;
   Status readRendezvous(int peer, Message& m, const char* slot, uint64_t word, bool* complete);
   Status pumpPut(FifoSender* fifo, PeerQueues& q, Message& m, bool* moved);
-  // Whether a send may go by a write: the pid to write into is known, a
-  // step is left for the report, and if the request is withdrawn the message
-  // fits beside it in the FIFO as it did without it (or did not fit either).
-  // Judged on the whole FIFO, not on the steps free now: by the free steps a
-  // sender that had once withdrawn and run ahead stayed on the FIFO path for
-  // good (0.84x the time at 128-512 KiB with the whole FIFO's rule). So one
-  // case is left where a withdrawn request's step can make a sender wait for
-  // its receiver, where the FIFO alone would not have: earlier messages and
-  // this one filling the FIFO exactly while the receiver runs other
-  // collectives of its group first (docs/ARCHITECTURE.md, "A group").
-  bool mayPut(const FifoSender& fifo, const Message& m) const {
-    const uint64_t nSteps = static_cast<uint64_t>(fifo.shape().nSteps), step = fifo.shape().stepBytes;
-    const uint64_t need = (m.bytes + step - 1) / step;
-    return pids_[m.peer] > 0 && nSteps >= 2 && (need + 1 <= nSteps || need > nSteps);
-  }
+  // Whether send m (the front of q) may go by a write: the pid to write into
+  // is known, a step is left for the report, and if the request is withdrawn
+  // the message fits beside it in the FIFO as it did without it (or did not
+  // fit either). Judged on the whole FIFO, not on the steps free now: by the
+  // free steps a sender that had once withdrawn and run ahead stayed on the
+  // FIFO path for good (0.84x the time at 128-512 KiB with the whole FIFO's
+  // rule). Except where the steps free now are exactly what m and the sends
+  // after it take through the FIFO: a withdrawn request's step would then
+  // leave the last of them waiting for the receiver, which may be running
+  // its group's other collectives first and never come (test_gather_put).
+  bool mayPut(const FifoSender& fifo, const PeerQueues& q, const Message& m) const;
+  // Steps the sends of q from m on take through the FIFO without writes
+  // (a single-copy read's descriptor: one).
+  uint64_t fifoStepsFrom(const PeerQueues& q, size_t first, size_t stepBytes) const;
   // After a failure (the destructor): this rank's claimed writes are marked
   // done, and no peer may still write into our receive buffers.
   void settleWrites();
