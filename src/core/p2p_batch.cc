@@ -68,7 +68,8 @@ BatchStorage& threadStorage() {
 // through the steps after it, which the receiver then takes as usual, so a
 // peer busy elsewhere (a collective its group runs before its receives) gets
 // the message as before. Hence writes only for messages that fit in the
-// FIFO beside the request's step, or did not fit without it either.
+// FIFO beside the request's step, or did not fit without it either, and not
+// where the batch's sends from it on would fill the FIFO exactly (mayPut).
 struct RendezvousDescriptor {
   uint64_t bytes;
   uint64_t addr;
@@ -349,16 +350,16 @@ Status P2pBatch::readRendezvous(int peer, Message& m, const char* slot, uint64_t
   return Status::ok();
 }
 
-// The front send's write once requested: when the peer has answered with
-// where to write, one chunk per pass (so other peers progress too), then the
-// report (after a failed write too, so the peer fails at once).
 bool P2pBatch::mayPut(const FifoSender& fifo, const PeerQueues& q, const Message& m) const {
   const uint64_t nSteps = static_cast<uint64_t>(fifo.shape().nSteps), step = fifo.shape().stepBytes;
   const uint64_t need = (m.bytes + step - 1) / step;
   if (pids_[m.peer] <= 0 || nSteps < 2 || (need + 1 > nSteps && need <= nSteps)) return false;
   // The step m is about to take is still counted free (acquired, not posted).
-  const uint64_t freeNow = nSteps - fifo.pending();
-  return freeNow != fifoStepsFrom(q, q.nextSend, step);
+  const uint64_t tail = fifo.stepIndex(), head = tail - fifo.pending();
+  const uint64_t freeNow = nSteps - (tail - head);
+  const uint64_t freeForBatch = nSteps - (tail - std::max(head, q.firstStep));
+  const uint64_t rest = fifoStepsFrom(q, q.nextSend, step);
+  return rest != freeNow && rest != freeForBatch;
 }
 
 uint64_t P2pBatch::fifoStepsFrom(const PeerQueues& q, size_t first, size_t stepBytes) const {
@@ -371,6 +372,9 @@ uint64_t P2pBatch::fifoStepsFrom(const PeerQueues& q, size_t first, size_t stepB
   return steps;
 }
 
+// The front send's write once requested: when the peer has answered with
+// where to write, one chunk per pass (so other peers progress too), then the
+// report (after a failed write too, so the peer fails at once).
 Status P2pBatch::pumpPut(FifoSender* fifo, PeerQueues& q, Message& m, bool* moved) {
   const int pid = pids_[m.peer];
   if (q.putStep != 0) {
@@ -584,6 +588,7 @@ Status P2pBatch::post() {
   for (int p = 0; p < nranks_; ++p) {
     PeerQueues& q = peers_[p];
     if (p == rank_) continue;
+    if (q.nextSend < q.sends.size()) q.firstStep = shm_.p2pSend(p)->stepIndex();
     if (q.nextSend < q.sends.size()) PLAIT_RETURN_IF_ERROR(pumpSends(q, &moved));
     if (q.nextLineSend < q.lineSends.size()) PLAIT_RETURN_IF_ERROR(pumpLines(p, q, &moved, /*receive=*/false));
   }

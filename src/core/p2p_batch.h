@@ -56,6 +56,7 @@ struct PeerQueues {
   int putErr = 0;            // the front send's write failed (errno; ECANCELED: the peer gave it up)
   uint64_t putClaim = 0;     // the claimed write's request is step putClaim - 1, until it is marked done
   uint64_t putGiveUpNs = 0;  // when the request is withdrawn if still unanswered
+  uint64_t firstStep = 0;    // the send FIFO's step index when the batch began (mayPut)
   std::vector<Message> lineSends, lineRecvs;
   size_t nextLineSend = 0, nextLineRecv = 0;
   bool linesPending() const { return nextLineSend < lineSends.size() || nextLineRecv < lineRecvs.size(); }
@@ -70,7 +71,7 @@ struct PeerQueues {
     lineSends.clear();
     lineRecvs.clear();
     nextSend = nextRecv = nextLineSend = nextLineRecv = 0;
-    ackStep = putStep = putClaim = 0;
+    ackStep = putStep = putClaim = firstStep = 0;
     putErr = 0;
   }
 };
@@ -157,10 +158,16 @@ class P2pBatch {
   // fit either). Judged on the whole FIFO, not on the steps free now: by the
   // free steps a sender that had once withdrawn and run ahead stayed on the
   // FIFO path for good (0.84x the time at 128-512 KiB with the whole FIFO's
-  // rule). Except where the steps free now are exactly what m and the sends
-  // after it take through the FIFO: a withdrawn request's step would then
-  // leave the last of them waiting for the receiver, which may be running
-  // its group's other collectives first and never come (test_gather_put).
+  // rule). Except where m and the sends after it would fill exactly the steps
+  // the receiver leaves free while it runs its group's other collectives
+  // first: a withdrawn request's step would then leave the last of them
+  // waiting for it until the timeout (test_gather_put). Those steps are the
+  // ones free now where the receiver groups this rank's earlier calls with
+  // this one, and those that this batch has not taken where it takes them
+  // first (as it does when it calls them alike); the exact fit of either goes
+  // through the FIFO. One case is left: a receiver that groups some of this
+  // rank's earlier calls with this one and not others, where the steps free
+  // lie strictly between the two.
   bool mayPut(const FifoSender& fifo, const PeerQueues& q, const Message& m) const;
   // Steps the sends of q from m on take through the FIFO without writes
   // (a single-copy read's descriptor: one).

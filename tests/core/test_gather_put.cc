@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/clock.h"
@@ -101,9 +102,13 @@ int earlySender(const ncclUniqueId& id, pid_t) {
 // 32 steps of 16 KiB. Rank 0 runs its group's AllReduce before its receives,
 // and rank 1 calls that AllReduce after its group. A write request withdrawn
 // while rank 0 is in the AllReduce would take a 33rd step: rank 1 would wait
-// for rank 0, and rank 0 for rank 1, until the timeout.
+// for rank 0, and rank 0 for rank 1, until the timeout. Round after round:
+// after each AllReduce rank 1 runs ahead into its next group while rank 0
+// still takes the last round's steps, so it finds fewer steps free than its
+// group will have (rank 0 takes those before its next AllReduce).
 constexpr int kFillSends = 4;
 constexpr size_t kFillBytes = 96 << 10;
+constexpr int kFillRounds = 40;
 
 Task allReduceTask(int* value) {
   Task t;
@@ -116,64 +121,86 @@ Task allReduceTask(int* value) {
   return t;
 }
 
-// Rank 0, the root: checks every byte it received and the sum.
+// Rank 0, the root: checks every byte it received and the sum, every round.
+// It receives into memory it never touched (a page fault every 4 KiB), so it
+// takes each round's steps slower than rank 1 posts the next round's.
 int fullRoot(const ncclUniqueId& id, int out) {
   Communicator comm(0, 2);
   Status s = comm.init(id, CommOptions{});
-  if (s.isOk()) {
-    std::vector<std::string> got(kFillSends, std::string(kFillBytes, 0));
-    std::string in(kBlock, 'r'), recv(2 * kBlock, 0);
+  const size_t bytes = kFillSends * kFillBytes + 2 * kBlock;
+  for (int round = 0; round < kFillRounds && s.isOk(); ++round) {
+    const char tag = static_cast<char>('a' + round % 20);
+    void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return 3;
+    char* got = static_cast<char*>(mem);
+    char* recv = got + kFillSends * kFillBytes;
+    std::string in(kBlock, 'r');
     int sum = 1;
     std::vector<Task> group;
-    for (auto& g : got) group.push_back(test::p2pTask(CollType::kRecv, g.data(), kFillBytes, 1));
-    group.push_back(gatherTask(in.data(), recv.data()));
+    for (int i = 0; i < kFillSends; ++i)
+      group.push_back(test::p2pTask(CollType::kRecv, got + i * kFillBytes, kFillBytes, 1));
+    group.push_back(gatherTask(in.data(), recv));
     group.push_back(allReduceTask(&sum));
     s = comm.runGroup(group);
     for (int i = 0; i < kFillSends && s.isOk(); ++i)
-      if (got[i] != std::string(kFillBytes, static_cast<char>('a' + i))) s = internalError("a send's bytes differ");
-    if (s.isOk() && recv != std::string(kBlock, 'r') + std::string(kBlock, 's'))
+      if (std::string(got + i * kFillBytes, kFillBytes) != std::string(kFillBytes, static_cast<char>(tag + i)))
+        s = internalError("a send's bytes differ");
+    if (s.isOk() && std::string(recv, 2 * kBlock) != std::string(kBlock, 'r') + std::string(kBlock, tag))
       s = internalError("the gathered blocks differ from the inputs");
+    munmap(mem, bytes);
     if (s.isOk() && sum != 3) s = internalError("the AllReduce's sum is " + std::to_string(sum) + ", not 3");
+    if (!s.isOk()) s.withContext("round " + std::to_string(round));
   }
   const std::string text = s.toString();
   (void)!write(out, text.c_str(), text.size());
   return 0;
 }
 
-// Rank 1: its group's sends and Gather block, then the AllReduce.
+// Rank 1: each round its group's sends and Gather block, then the AllReduce.
 int fillingSender(const ncclUniqueId& id, pid_t) {
   Communicator comm(1, 2);
   if (!comm.init(id, CommOptions{}).isOk()) return 1;
-  std::vector<std::string> data;
-  for (int i = 0; i < kFillSends; ++i) data.emplace_back(kFillBytes, static_cast<char>('a' + i));
-  std::string in(kBlock, 's');
-  std::vector<Task> group;
-  for (auto& d : data) group.push_back(test::p2pTask(CollType::kSend, d.data(), kFillBytes, 0));
-  group.push_back(gatherTask(in.data(), nullptr));
-  if (!comm.runGroup(group).isOk()) return 2;
-  int two = 2;
-  return comm.runGroup({allReduceTask(&two)}).isOk() && two == 3 ? 0 : 3;
+  for (int round = 0; round < kFillRounds; ++round) {
+    const char tag = static_cast<char>('a' + round % 20);
+    std::vector<std::string> data;
+    for (int i = 0; i < kFillSends; ++i) data.emplace_back(kFillBytes, static_cast<char>(tag + i));
+    std::string in(kBlock, tag);
+    std::vector<Task> group;
+    for (auto& d : data) group.push_back(test::p2pTask(CollType::kSend, d.data(), kFillBytes, 0));
+    group.push_back(gatherTask(in.data(), nullptr));
+    if (!comm.runGroup(group).isOk()) return 2;
+    int two = 2;
+    if (!comm.runGroup({allReduceTask(&two)}).isOk() || two != 3) return 3;
+  }
+  return 0;
 }
 
 // The settings of a case, unset again however it ends. putWaitUs: how long
 // the sender waits for the root's answer.
 struct Settings {
-  explicit Settings(const char* putWaitUs) {
+  // `more`: further settings of this case (name, value), unset with the rest.
+  explicit Settings(const char* putWaitUs, std::vector<std::pair<std::string, std::string>> more = {})
+      : more_(std::move(more)) {
     setenv("PLAIT_P2P_PUT_WAIT_US", putWaitUs, 1);
     setenv("PLAIT_NCHANNELS", "1", 1);
     setenv("PLAIT_TIMEOUT", "10", 1);
     setenv("PLAIT_INIT_TIMEOUT", "20", 1);
     setenv("PLAIT_DIRECT_CMA", "0", 1);  // the point-to-point path, whatever the direct path's thresholds
+    for (const auto& [name, value] : more_) setenv(name.c_str(), value.c_str(), 1);
     config::resetAll();
   }
   ~Settings() {
     for (const char* v : {"PLAIT_P2P_PUT_WAIT_US", "PLAIT_NCHANNELS", "PLAIT_TIMEOUT", "PLAIT_INIT_TIMEOUT",
                           "PLAIT_DIRECT_CMA"})
       unsetenv(v);
+    for (const auto& more : more_) unsetenv(more.first.c_str());
     config::resetAll();
   }
   Settings(const Settings&) = delete;
   Settings& operator=(const Settings&) = delete;
+
+ private:
+  std::vector<std::pair<std::string, std::string>> more_;
 };
 
 // Whether one forked process may write into another's memory, as the ranks
@@ -213,22 +240,19 @@ TEST_CASE("a Gather block's sender does not wait for a late root", "[p2p][forks]
   CHECK(r.text == "Success");
 }
 
-TEST_CASE("a withdrawn write request does not overfill a FIFO that the group's sends fill exactly", "[p2p][forks]") {
+TEST_CASE("a withdrawn write request does not overfill a FIFO that the group's sends fill exactly, round after round",
+          "[p2p][forks]") {
   if (!crossMemoryAttachPermitted()) {
     WARN("cross-memory attach is not permitted here: Gather's blocks go through the FIFOs; not tested");
     return;
   }
-  Settings settings("50");
-  setenv("PLAIT_TIMEOUT", "5", 1);
-  setenv("PLAIT_SHM_P2P_STEPS", "32", 1);
-  setenv("PLAIT_SHM_P2P_STEP_BYTES", "16384", 1);
-  setenv("PLAIT_P2P_CMA_MIN_BYTES", std::to_string(kBlock).c_str(), 1);
-  config::resetAll();
+  Settings settings("50", {{"PLAIT_TIMEOUT", "5"},
+                           {"PLAIT_SHM_P2P_STEPS", "32"},
+                           {"PLAIT_SHM_P2P_STEP_BYTES", "16384"},
+                           {"PLAIT_P2P_CMA_MIN_BYTES", std::to_string(kBlock)}});
   auto id = createUniqueId();
   REQUIRE(id.isOk());
   const test::ForgedPair r = test::runForgedPair(id.value(), fullRoot, fillingSender);
-  for (const char* v : {"PLAIT_SHM_P2P_STEPS", "PLAIT_SHM_P2P_STEP_BYTES", "PLAIT_P2P_CMA_MIN_BYTES"}) unsetenv(v);
-  config::resetAll();
   INFO("rank 0 status " << r.status0 << ", rank 1 status " << r.status1 << ": " << r.text);
   REQUIRE(WIFEXITED(r.status1));
   CHECK(WEXITSTATUS(r.status1) == 0);
