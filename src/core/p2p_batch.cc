@@ -69,7 +69,8 @@ BatchStorage& threadStorage() {
 // peer busy elsewhere (a collective its group runs before its receives) gets
 // the message as before. Hence writes only for messages that fit in the
 // FIFO beside the request's step, or did not fit without it either, and not
-// where the batch's sends from it on would fill the FIFO exactly (mayPut).
+// where the batch's sends from it on would fill exactly the FIFO steps left
+// to them (mayPut).
 struct RendezvousDescriptor {
   uint64_t bytes;
   uint64_t addr;
@@ -588,8 +589,10 @@ Status P2pBatch::post() {
   for (int p = 0; p < nranks_; ++p) {
     PeerQueues& q = peers_[p];
     if (p == rank_) continue;
-    if (q.nextSend < q.sends.size()) q.firstStep = shm_.p2pSend(p)->stepIndex();
-    if (q.nextSend < q.sends.size()) PLAIT_RETURN_IF_ERROR(pumpSends(q, &moved));
+    if (q.nextSend < q.sends.size()) {
+      q.firstStep = shm_.p2pSend(p)->stepIndex();
+      PLAIT_RETURN_IF_ERROR(pumpSends(q, &moved));
+    }
     if (q.nextLineSend < q.lineSends.size()) PLAIT_RETURN_IF_ERROR(pumpLines(p, q, &moved, /*receive=*/false));
   }
   PLAIT_RETURN_IF_ERROR(answerPuts());

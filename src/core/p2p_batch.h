@@ -165,9 +165,10 @@ class P2pBatch {
   // ones free now where the receiver groups this rank's earlier calls with
   // this one, and those that this batch has not taken where it takes them
   // first (as it does when it calls them alike); the exact fit of either goes
-  // through the FIFO. One case is left: a receiver that groups some of this
-  // rank's earlier calls with this one and not others, where the steps free
-  // lie strictly between the two.
+  // through the FIFO. Two cases are left: a receiver that groups some of this
+  // rank's earlier calls with this one and not others (the steps free lie
+  // between the two), and one that groups this call with this rank's later
+  // sends to it (unknown when the block is judged).
   bool mayPut(const FifoSender& fifo, const PeerQueues& q, const Message& m) const;
   // Steps the sends of q from m on take through the FIFO without writes
   // (a single-copy read's descriptor: one).
