@@ -171,6 +171,52 @@ TEST_CASE("socket net: a message larger than the receive fails; a closed peer is
   net.closeRecv(rc);
 }
 
+// The handle a connector gets is a copy of the listener's bytes, sent by a
+// peer; the socket module keeps its connect progress in it between calls. A
+// progress pointer it did not put there is refused, never followed (the
+// review of 2026-11-30: it was read, written, its fds closed and deleted).
+// Where the pointer lies is found without knowing the layout: the bytes a
+// first connect() call changes. Encrypted, that call cannot finish (the TLS
+// handshake needs the listener's answer), so the progress is there to find.
+TEST_CASE("socket net: a handle carrying connector state from elsewhere is refused", "[net]") {
+  const PlaitNetV8& net = loopbackSocketNet();
+  REQUIRE(tls::enablePsk("test key").isOk());
+  char handle[kNetHandleBytes];
+  void* listenComm = nullptr;
+  REQUIRE(net.listen(0, handle, &listenComm) == 0);
+  char progress[kNetHandleBytes];
+  std::memcpy(progress, handle, sizeof handle);
+  void *sc = nullptr, *rc = nullptr;
+  PlaitNetDeviceHandle* dh = nullptr;
+  REQUIRE(net.connect(0, progress, &sc, &dh) == 0);
+  REQUIRE(sc == nullptr);  // under way
+  std::vector<size_t> changed;
+  for (size_t i = 0; i < sizeof handle; ++i)
+    if (progress[i] != handle[i]) changed.push_back(i);
+  REQUIRE_FALSE(changed.empty());
+  for (uint64_t forged : {uint64_t{0x4141414141414141}, uint64_t{0x1000}}) {
+    char bad[kNetHandleBytes];
+    std::memcpy(bad, handle, sizeof handle);
+    for (size_t i : changed) bad[i] = static_cast<char>(forged >> (8 * ((i - changed.front()) % 8)));
+    void* badComm = nullptr;
+    CHECK(net.connect(0, bad, &badComm, &dh) != 0);
+    CHECK(badComm == nullptr);
+    CHECK_THAT(takeNetError(), Catch::Contains("connector state this process did not make"));
+  }
+  // The genuine progress still completes.
+  Deadline d = Deadline::afterMs(5000);
+  while ((sc == nullptr || rc == nullptr) && !d.expired()) {
+    if (sc == nullptr) REQUIRE(net.connect(0, progress, &sc, &dh) == 0);
+    if (rc == nullptr) REQUIRE(net.accept(listenComm, &rc, &dh) == 0);
+  }
+  tls::disable();
+  REQUIRE(sc != nullptr);
+  REQUIRE(rc != nullptr);
+  net.closeSend(sc);
+  net.closeRecv(rc);
+  REQUIRE(net.closeListen(listenComm) == 0);
+}
+
 TEST_CASE("net transport: ring and point-to-point FIFOs between two ranks over the proxy", "[net]") {
   loopbackSocketNet();
   ThreadOob::Shared shared;

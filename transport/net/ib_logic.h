@@ -136,6 +136,7 @@ constexpr uint64_t kConnMagic = 0x504c414954494221ULL;  // "PLAITIB!"
 // where its FIFO is), then the receiver (its QPs).
 struct ConnInfo {
   uint64_t magic = kConnMagic;
+  uint64_t id = 0;  // the listener's handle's (the sender's info), so a stranger on the port is told apart
   uint32_t nQps = 0;
   uint32_t mtu = 0;
   uint64_t fifoAddr = 0;  // sender: its FIFO of kFifoSlots FifoSlots

@@ -31,11 +31,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
 
+#include "transport/net/connect_stages.h"
 #include "transport/net/ib_net_internal.h"
 
 namespace plait::ib::mod {
@@ -247,6 +249,7 @@ void nonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); 
 
 struct Handle {
   uint64_t magic;
+  uint64_t id;  // random, the listener's: the sender repeats it in its ConnInfo
   Address addr;
   void* state;  // the connecting side's Pending (connect() is called again with the same handle)
 };
@@ -263,8 +266,19 @@ struct Pending {
 struct ListenComm {
   int fd = -1;
   int dev = 0;
+  uint64_t id = 0;  // the handle's
   Pending* pending = nullptr;
+  std::chrono::steady_clock::time_point since;  // when `pending` was accepted
 };
+
+// A connection that has not sent its ConnInfo this long is dropped, and the
+// next one in the backlog accepted: a stranger that connects and stays silent
+// cannot keep the peer out until the setup's deadline.
+constexpr std::chrono::seconds kAcceptStall{10};
+
+// The connecting side's Pendings (connect_stages.h: the handle that holds one
+// is a copy of a peer's bytes).
+net::StageRegistry<Pending> gConnecting;
 
 // Creates the CQ, the QPs (moved to INIT) and the FIFO memory; fills `info`.
 bool createQps(Comm* c, int nQps, ConnInfo* info) {
@@ -324,8 +338,20 @@ bool connectQps(Comm* c, const ConnInfo& remote) {
 int failSetup(Pending* p, const char* what) {
   IB_WARN("NET/IB: %s %s: %s", what, textOf(p->comm->peer).c_str(), errno ? std::strerror(errno) : "failed");
   destroyComm(p->comm);
-  delete p;
+  gConnecting.drop(p);  // the connector's; an acceptor's is only deleted
   return netr::kRemoteError;
+}
+
+// The acceptor's pending connection is not from the peer the handle went to
+// (a stranger reached the port, or it stayed silent): close it and keep
+// listening.
+int dropStranger(ListenComm* l, const char* why) {
+  Pending* p = l->pending;
+  l->pending = nullptr;
+  IB_WARN("NET/IB: dropping a connection from %s: %s", textOf(p->comm->peer).c_str(), why);
+  destroyComm(p->comm);
+  delete p;
+  return netr::kSuccess;
 }
 
 int ibListen(int dev, void* handleBytes, void** listenComm) {
@@ -341,10 +367,15 @@ int ibListen(int dev, void* handleBytes, void** listenComm) {
     return netr::kSystemError;
   }
   nonBlocking(fd);
-  Handle h{kConnMagic, bindAddr, nullptr};
+  const uint64_t id = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
+  Handle h{kConnMagic, id, bindAddr, nullptr};
   std::memset(handleBytes, 0, kNetHandleBytes);
   std::memcpy(handleBytes, &h, sizeof h);
-  *listenComm = new ListenComm{fd, dev, nullptr};
+  auto* l = new ListenComm();
+  l->fd = fd;
+  l->dev = dev;
+  l->id = id;
+  *listenComm = l;
   return netr::kSuccess;
 }
 
@@ -355,9 +386,15 @@ int ibConnect(int dev, void* handleBytes, void** sendComm, PlaitNetDeviceHandle*
   Handle h;
   std::memcpy(&h, handleBytes, sizeof h);
   if (h.magic != kConnMagic) return netr::kInvalidArgument;
+  if (h.state != nullptr && !gConnecting.owns(h.state, [&](const Pending& mine) { return mine.mine.id == h.id; })) {
+    IB_WARN("NET/IB: a connection handle carries connector state this process did not make (a listener's handle "
+            "arrives with it zeroed)");
+    return netr::kInvalidArgument;
+  }
   auto* p = static_cast<Pending*>(h.state);
   if (p == nullptr) {
-    p = new Pending();
+    p = gConnecting.adopt(new Pending());
+    p->mine.id = h.id;
     p->comm = new Comm();
     p->comm->dev = gDevices[dev].get();
     p->comm->sending = true;
@@ -380,6 +417,7 @@ int ibConnect(int dev, void* handleBytes, void** sendComm, PlaitNetDeviceHandle*
       return failSetup(p, "connecting to");
     }
     if (!createQps(c, gOpt.qpsPerConnection, &p->mine)) return failSetup(p, "creating QPs for");
+    p->mine.id = h.id;
     p->stage = 1;
   }
   int rc = 1;
@@ -388,9 +426,13 @@ int ibConnect(int dev, void* handleBytes, void** sendComm, PlaitNetDeviceHandle*
     p->done = 0;
   }
   if (p->stage == 2 && (rc = socketStep(c->fd, &p->theirs, sizeof p->theirs, &p->done, false)) == 1) {
+    if (p->theirs.magic != kConnMagic || p->theirs.id != h.id) {
+      errno = EPROTO;
+      return failSetup(p, "QP information not from the handle's listener");
+    }
     if (!connectQps(c, p->theirs)) return failSetup(p, "connecting QPs to");
     *sendComm = c;
-    delete p;
+    gConnecting.drop(p);
     return netr::kSuccess;
   }
   if (rc < 0) return failSetup(p, "exchanging QP information with");
@@ -414,19 +456,23 @@ int ibAccept(void* listenComm, void** recvComm, PlaitNetDeviceHandle**) {
     l->pending->comm->dev = gDevices[l->dev].get();
     l->pending->comm->peer = from;
     l->pending->comm->fd = fd;
+    l->since = std::chrono::steady_clock::now();
   }
   Pending* p = l->pending;
   Comm* c = p->comm;
   int rc = 1;
   if (p->stage == 0 && (rc = socketStep(c->fd, &p->theirs, sizeof p->theirs, &p->done, false)) == 1) {
-    if (p->theirs.magic != kConnMagic || p->theirs.nQps < 1 || p->theirs.nQps > kMaxQps) {
+    if (p->theirs.magic != kConnMagic || p->theirs.id != l->id) return dropStranger(l, "not this handle's sender");
+    if (p->theirs.nQps < 1 || p->theirs.nQps > kMaxQps) {
       l->pending = nullptr;
       errno = EPROTO;
       return failSetup(p, "bad QP information from");
     }
     c->remoteFifo = p->theirs.fifoAddr;
     c->remoteRkey = p->theirs.fifoRkey;
-    if (!createQps(c, static_cast<int>(p->theirs.nQps), &p->mine) || !connectQps(c, p->theirs)) {
+    const bool made = createQps(c, static_cast<int>(p->theirs.nQps), &p->mine);
+    p->mine.id = l->id;
+    if (!made || !connectQps(c, p->theirs)) {
       l->pending = nullptr;
       return failSetup(p, "connecting QPs to");
     }
@@ -439,10 +485,13 @@ int ibAccept(void* listenComm, void** recvComm, PlaitNetDeviceHandle**) {
     delete p;
     return netr::kSuccess;
   }
+  if (rc < 0 && p->stage == 0) return dropStranger(l, "it closed before sending its QP information");
   if (rc < 0) {
     l->pending = nullptr;
     return failSetup(p, "exchanging QP information with");
   }
+  if (p->stage == 0 && std::chrono::steady_clock::now() - l->since > kAcceptStall)
+    return dropStranger(l, "no QP information within 10 s");
   return netr::kSuccess;
 }
 

@@ -43,6 +43,7 @@
 #include "base/config.h"
 #include "base/socket.h"
 #include "base/tls/tls.h"
+#include "transport/net/connect_stages.h"
 #include "transport/net/net.h"
 #include "transport/net/net_plugin.h"
 #include "transport/net/socket_dmabuf.h"
@@ -352,6 +353,8 @@ struct ListenComm {
 };
 
 struct ConnectStage {
+  uint64_t id = 0;    // the handle's: a stage only ever advances the connection it was made for
+  int nStreams = 0;
   int fds[kMaxStreams];
   bool connected[kMaxStreams] = {};
   size_t helloSent[kMaxStreams] = {};
@@ -364,6 +367,10 @@ struct ConnectStage {
     }
   }
 };
+
+// The connector's stages this process made and has not finished
+// (connect_stages.h: the handle that holds one is a copy of a peer's bytes).
+net::StageRegistry<ConnectStage> gStages;
 
 
 int sockListen(int dev, void* handleBytes, void** listenComm) {
@@ -440,8 +447,15 @@ int sockConnect(int /*dev*/, void* handleBytes, void** sendComm, PlaitNetDeviceH
   Handle* h = static_cast<Handle*>(handleBytes);
   if (h->magic != kHelloMagic || h->nStreams < 1 || h->nStreams > kMaxStreams)
     return failWith(invalidArgument("not a socket transport handle"), netr::kInvalidArgument);
+  if (h->stage != nullptr &&
+      !gStages.owns(h->stage, [&](const ConnectStage& st) { return st.id == h->id && st.nStreams == h->nStreams; }))
+    return failWith(invalidArgument("socket transport handle carries connector state this process did not make "
+                                    "(a listener's handle arrives with it zeroed)"),
+                    netr::kInvalidArgument);
   if (h->stage == nullptr) {
     auto* st = new ConnectStage();
+    st->id = h->id;
+    st->nStreams = h->nStreams;
     for (int s = 0; s < h->nStreams; ++s) {
       st->fds[s] = ::socket(h->addr.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
       Status opts = st->fds[s] < 0 ? systemError("socket()") : setSocketOptions(st->fds[s]);
@@ -454,7 +468,7 @@ int sockConnect(int /*dev*/, void* handleBytes, void** sendComm, PlaitNetDeviceH
         return failWith(opts, netr::kRemoteError);
       }
     }
-    h->stage = st;
+    h->stage = gStages.adopt(st);
   }
   ConnectStage* st = h->stage;
   bool all = true;
@@ -462,7 +476,7 @@ int sockConnect(int /*dev*/, void* handleBytes, void** sendComm, PlaitNetDeviceH
     Result<bool> r = advanceConnect(*st, *h, s);
     if (!r.isOk()) {
       st->closeAll(h->nStreams);
-      delete st;
+      gStages.drop(st);
       h->stage = nullptr;
       return failWith(r.takeStatus(), netr::kRemoteError);
     }
@@ -470,7 +484,7 @@ int sockConnect(int /*dev*/, void* handleBytes, void** sendComm, PlaitNetDeviceH
   }
   if (!all) return netr::kSuccess;
   *sendComm = newComm(true, h->nStreams, st->fds, st->tls, h->addr);
-  delete st;
+  gStages.drop(st);
   h->stage = nullptr;
   return netr::kSuccess;
 }
