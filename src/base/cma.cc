@@ -5,8 +5,11 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <string>
 
 namespace plait {
 
@@ -46,6 +49,21 @@ int cmaRead(int pid, void* dst, uint64_t remote, size_t bytes) {
 
 int cmaWrite(int pid, uint64_t remote, const void* src, size_t bytes) {
   return cmaCopy(pid, const_cast<char*>(static_cast<const char*>(src)), remote, bytes, true);
+}
+
+std::string cmaPeerPidError(int pid) {
+  if (pid <= 0) return "pid " + std::to_string(pid) + " is not a process id";
+  if (pid == static_cast<int>(getpid())) return "pid " + std::to_string(pid) + " is this process";
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Tgid:", 0) != 0) continue;
+    const long tgid = std::strtol(line.c_str() + 5, nullptr, 10);
+    if (tgid == pid) return "";
+    if (tgid == static_cast<long>(getpid())) return "pid " + std::to_string(pid) + " is a thread of this process";
+    return "pid " + std::to_string(pid) + " is a thread of process " + std::to_string(tgid) + ", not a process";
+  }
+  return "pid " + std::to_string(pid) + " has no readable /proc/" + std::to_string(pid) + "/status";
 }
 
 const uint64_t* cmaProbeWord() {

@@ -27,6 +27,14 @@ int cmaRead(int pid, void* dst, uint64_t remote, size_t bytes);
 // and results.
 int cmaWrite(int pid, uint64_t remote, const void* src, size_t bytes);
 
+// "" when `pid` names a process other than this one: the leader of its own
+// thread group (/proc/<pid>/status's Tgid). Else why not. A peer reports its
+// pid itself, and the kernel's cross-memory calls and /proc/<pid>/fd take a
+// thread id too: a peer naming a thread of this process would have this
+// process copy within its own memory at addresses the peer chooses. Checked
+// once per peer when a communicator agrees on these paths.
+std::string cmaPeerPidError(int pid);
+
 // A word with a per-process random value, for peers to read in a probe.
 const uint64_t* cmaProbeWord();
 

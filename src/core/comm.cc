@@ -114,6 +114,17 @@ Result<bool> probeCma(Bootstrap& b, const std::vector<int>& localRanks, Deadline
   for (int r : localRanks) {
     uint64_t seen = 0;
     if (r == b.rank() || !ok) continue;
+    // The pid every path will use is the bootstrap's; the probe's must be it,
+    // and a process of its own (cmaPeerPidError).
+    std::string pidWhy = all[r].pid == b.peer(r).pid ? cmaPeerPidError(all[r].pid)
+                                                     : "its probe's pid " + std::to_string(all[r].pid) +
+                                                           " is not the bootstrap's " + std::to_string(b.peer(r).pid);
+    if (!pidWhy.empty() && all[r].pid != mine.pid) {  // ranks that are threads of this process share its pid
+      PLAIT_INFO(kInit, "cross-memory attach to rank %d is not used: %s; point-to-point goes through FIFOs", r,
+                 pidWhy.c_str());
+      ok = 0;
+      continue;
+    }
     if (int err = cmaRead(all[r].pid, &seen, all[r].addr, sizeof(seen)); err != 0 || seen != all[r].value) {
       // Ranks that are threads of one process share a pid: cmaRead refuses it.
       PLAIT_INFO(kInit, "cross-memory attach to rank %d (pid %d) is not used (%s): point-to-point goes through FIFOs",

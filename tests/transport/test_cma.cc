@@ -6,8 +6,12 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdint>
+#include <thread>
 
 #include "base/cma.h"
 
@@ -39,4 +43,38 @@ TEST_CASE("cmaRead refuses this process, bad pids, the null page and wrapping ra
   waitpid(child, nullptr, 0);
   if (ok == 0) CHECK(out == *cmaProbeWord());  // EPERM where ptrace is forbidden (Yama, containers)
   else CHECK(ok == EPERM);
+}
+
+// A peer reports its pid itself, and the kernel's cross-memory calls take a
+// thread id as well: a peer naming a thread of this process would have had
+// this process copy within its own memory at the peer's addresses, past the
+// own-pid check (review of 2026-11-30). Communicators check each peer's pid
+// once with cmaPeerPidError.
+TEST_CASE("cmaPeerPidError accepts other processes only, never a thread of this one", "[cma]") {
+  CHECK_THAT(cmaPeerPidError(static_cast<int>(getpid())), Catch::Contains("is this process"));
+  CHECK_THAT(cmaPeerPidError(0), Catch::Contains("not a process id"));
+  CHECK_THAT(cmaPeerPidError(-3), Catch::Contains("not a process id"));
+  std::atomic<int> tid{0};
+  std::atomic<bool> stop{false};
+  std::thread t([&] {
+    tid = static_cast<int>(gettid());
+    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (tid == 0) std::this_thread::yield();
+  CHECK_THAT(cmaPeerPidError(tid), Catch::Contains("a thread of this process"));
+  uint64_t out = 0;
+  // What the check stops: the kernel takes the thread id as this process
+  // (where the system allows cross-memory attach at all).
+  if (cmaRead(tid, &out, reinterpret_cast<uint64_t>(cmaProbeWord()), sizeof out) == 0) CHECK(out == *cmaProbeWord());
+  stop = true;
+  t.join();
+  const pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  REQUIRE(child > 0);
+  CHECK(cmaPeerPidError(static_cast<int>(child)) == "");
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
 }
