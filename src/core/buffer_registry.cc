@@ -121,6 +121,16 @@ Status PeerMappings::open(Entry* e, int pid) {
   std::snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, e->fd);
   const int fd = ::open(path, O_RDWR | O_CLOEXEC);
   if (fd < 0) return systemError("opening rank " + std::to_string(e->rank) + "'s buffer " + path);
+  // Only an allocation of ncclMemAlloc's kind: a memfd sealed against
+  // shrinking (host_memory.cc). A peer naming another file, or a memfd it
+  // could truncate under the mapping, would leave this rank to take SIGBUS
+  // in the middle of a collective.
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    ::close(fd);
+    return invalidUsage("rank " + std::to_string(e->rank) + "'s buffer " + path +
+                        " is not a memfd sealed against shrinking (not an ncclMemAlloc allocation)");
+  }
   struct stat st {};
   void* p = MAP_FAILED;
   if (fstat(fd, &st) == 0 && st.st_size > 0)

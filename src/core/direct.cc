@@ -6,13 +6,18 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "algorithms/types.h"
+#include "base/cma.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "core/host_memory.h"
@@ -123,6 +128,15 @@ std::string checkProbe(const ProbeInfo& p) {
   std::snprintf(path, sizeof path, "/proc/%d/fd/%d", p.pid, p.fd);
   const int fd = ::open(path, O_RDWR | O_CLOEXEC);
   if (fd < 0) return std::string("open ") + path + ": " + std::strerror(errno);
+  // A probe is sealed at its size (probe()); any other file could be short,
+  // or cut short under the mapping: SIGBUS here.
+  struct stat st {};
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0 || fstat(fd, &st) != 0 ||
+      st.st_size < static_cast<off_t>(kProbeBytes)) {
+    ::close(fd);
+    return std::string(path) + " is not a sealed probe of " + std::to_string(kProbeBytes) + " bytes";
+  }
   void* m = mmap(nullptr, kProbeBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int err = errno;
   ::close(fd);
@@ -132,6 +146,39 @@ std::string checkProbe(const ProbeInfo& p) {
   munmap(m, kProbeBytes);
   if (token != p.token) return std::string(path) + " is not the peer's probe (another pid namespace?)";
   return "";
+}
+
+// The probe tokens of this process's ranks whose probe is under way, with
+// their ranks. A peer that claims to be a thread of this process (its
+// identity) is believed only when its token is here under its own rank:
+// identities are reported by each rank itself, and a rank in another process
+// that copied ours would otherwise have this rank follow its addresses as
+// its own (kPointer). Entries live from before the first exchange to after
+// the second, so every rank of the job finds its peers' while it checks.
+std::mutex gProbeMu;
+std::vector<std::pair<uint64_t, int>> gProbeTokens;
+
+class ProbeTokenNote {
+ public:
+  ProbeTokenNote(uint64_t token, int rank) : entry_(token, rank) {
+    std::lock_guard<std::mutex> lock(gProbeMu);
+    gProbeTokens.push_back(entry_);
+  }
+  ~ProbeTokenNote() {
+    std::lock_guard<std::mutex> lock(gProbeMu);
+    auto it = std::find(gProbeTokens.begin(), gProbeTokens.end(), entry_);
+    if (it != gProbeTokens.end()) gProbeTokens.erase(it);
+  }
+  ProbeTokenNote(const ProbeTokenNote&) = delete;
+  ProbeTokenNote& operator=(const ProbeTokenNote&) = delete;
+
+ private:
+  std::pair<uint64_t, int> entry_;
+};
+
+bool probeOfThisProcess(uint64_t token, int rank) {
+  std::lock_guard<std::mutex> lock(gProbeMu);
+  return std::find(gProbeTokens.begin(), gProbeTokens.end(), std::make_pair(token, rank)) != gProbeTokens.end();
 }
 
 uint64_t randomToken() {
@@ -214,8 +261,9 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
   mine.minBytesUnsynced = static_cast<uint64_t>(std::max<int64_t>(1, kDirectUnsyncedMinBytes.get()));
   mine.pairBroadcastMinBytes = static_cast<uint64_t>(std::max<int64_t>(1, kDirectPairBroadcastMinBytes.get()));
   mine.token = randomToken();
-  int fd = mine.want ? memfd_create("plait-probe", MFD_CLOEXEC) : -1;
-  if (fd >= 0 && ftruncate(fd, kProbeBytes) == 0) {
+  const ProbeTokenNote note(mine.token, rank_);
+  int fd = mine.want ? memfd_create("plait-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING) : -1;
+  if (fd >= 0 && ftruncate(fd, kProbeBytes) == 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0) {
     if (void* m = mmap(nullptr, kProbeBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0); m != MAP_FAILED) {
       std::memcpy(m, &mine.token, sizeof mine.token);
       munmap(m, kProbeBytes);
@@ -226,7 +274,11 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
   std::string why;
   for (int r = 0; r < nranks_ && why.empty(); ++r) {
     if (!info[r].want) why = "PLAIT_DIRECT=0 on rank " + std::to_string(r);
+    else if (info[r].identity == mine.identity && (info[r].pid != mine.pid || !probeOfThisProcess(info[r].token, r)))
+      why = "rank " + std::to_string(r) + " reports this process's identity but is not one of its threads";
     else if (info[r].identity == mine.identity) continue;
+    else if (std::string pidWhy = cmaPeerPidError(info[r].pid); !pidWhy.empty())
+      why = "rank " + std::to_string(r) + ": " + pidWhy;
     else if (info[r].fd < 0) why = "rank " + std::to_string(r) + " could not create a memfd";
     else if (std::string e = checkProbe(info[r]); !e.empty()) why = "cannot map rank " + std::to_string(r) + "'s memory: " + e;
   }
@@ -288,6 +340,7 @@ bool rooted(CollType c) {
   return c == CollType::kBroadcast || c == CollType::kReduce || c == CollType::kGather || c == CollType::kScatter;
 }
 
+
 // NCCL's in-place forms: a rank's input `in` lies where its part of the
 // output `out` does, `at` bytes in for the collectives whose parts are blocks
 // (addresses, or offsets in one allocation).
@@ -343,6 +396,22 @@ Result<bool> DirectPath::run(const Task& task) {
   PLAIT_RETURN_IF_ERROR(finish(std::move(s)));
   if (!alltoallSwap_ && alltoallStaged(task)) placeStagedAlltoAll(task);  // no peer reads our input any more
   return true;
+}
+
+// The descriptor's 32-bit check of what its shape does not hold: the count's
+// low bits, with its high bits and the root's above 127 folded in by odd
+// multipliers, so counts that differ by a multiple of 2^32 (or roots by 128)
+// do not pass for equal and leave one rank using a larger block than its
+// peer's buffers hold.
+uint32_t DirectPath::countCheck(const Task& task) {
+  const uint64_t count = task.count;
+  const uint64_t rootHigh = rooted(task.coll) ? static_cast<uint64_t>(static_cast<uint32_t>(task.root)) >> 7 : 0;
+  return static_cast<uint32_t>(count) ^ static_cast<uint32_t>((count >> 32) * 0x9E3779B1u) ^
+         static_cast<uint32_t>(rootHigh * 0x85EBCA77u);
+}
+
+bool DirectPath::possibleRef(int32_t fd, bool oneProcess, bool cma) {
+  return fd == kNone || (fd == kPointer && oneProcess) || (fd == kCma && cma) || (fd >= 0 && !oneProcess);
 }
 
 DirectPath::BufferRef DirectPath::describe(const void* ptr, size_t bytes, bool cmaOk) const {
@@ -413,7 +482,7 @@ Result<bool> DirectPath::exchange(const Task& task) {
   mine.shape = static_cast<uint32_t>(task.coll) | static_cast<uint32_t>(task.type) << 8 |
                (reduction ? static_cast<uint32_t>(task.op.kind) << 16 : 0) | (gatherPush_ ? 1u << 24 : 0) |
                (rooted(task.coll) ? (static_cast<uint32_t>(task.root) & 0x7f) << 25 : 0);
-  mine.count = static_cast<uint32_t>(task.count);
+  mine.count = countCheck(task);
   mine.scalar = reduction ? task.op.scalar : 0;
   mine.send.fd = mine.recv.fd = kNone;
   alltoallSwap_ = false;
@@ -465,12 +534,30 @@ Result<bool> DirectPath::exchange(const Task& task) {
     // Every rank reaches this same verdict; the vote bit may differ.
     if (((descs_[p].shape ^ mine.shape) & ~kShapeVoteCma) != 0 || descs_[p].count != mine.count)
       return invalidUsage("ranks disagree on the operation: rank " + std::to_string(p) + " runs " +
-                          collName(static_cast<CollType>(descs_[p].shape & 0xff)) + " with count " +
-                          std::to_string(descs_[p].count) + " (shape " + std::to_string(descs_[p].shape) +
+                          collName(static_cast<CollType>(descs_[p].shape & 0xff)) + " (shape " +
+                          std::to_string(descs_[p].shape) + ", count check " + std::to_string(descs_[p].count) +
                           ") but rank " + std::to_string(rank_) + " runs " + collName(task.coll) + " with count " +
-                          std::to_string(mine.count) + " (shape " + std::to_string(mine.shape) +
-                          "; the shape encodes collective, type, op, PLAIT_DIRECT_ALLGATHER_PUSH and root)");
+                          std::to_string(task.count) + " (shape " + std::to_string(mine.shape) + ", count check " +
+                          std::to_string(mine.count) +
+                          "; the shape encodes collective, type, op, PLAIT_DIRECT_ALLGATHER_PUSH and root, the check "
+                          "the count and the root)");
   }
+  // A peer's descriptor names only what that peer can have described in
+  // this job (describe()): addresses in this process only where every rank
+  // is a thread of it, addresses in the peer only where cross-memory attach
+  // was agreed, memfds only between processes. Anything else would make this
+  // rank follow a peer's address into its own memory; every rank sees the
+  // same descriptors and refuses alike.
+  for (int p = 0; p < nranks_; ++p)
+    for (bool send : {true, false}) {
+      const int32_t fd = (send ? descs_[p].send : descs_[p].recv).fd;
+      if (!possibleRef(fd, oneProcess_, cma_))
+        return invalidUsage("rank " + std::to_string(p) + "'s descriptor of its " + bufferName(send) +
+                            " names a kind of buffer (" + std::to_string(fd) + ") it cannot have in this job " +
+                            (oneProcess_ ? "(every rank is a thread of one process)"
+                                         : cma_ ? "(ranks in several processes)"
+                                                : "(ranks in several processes, no cross-memory attach)"));
+    }
   // The deciding rank's vote, whether it chose by measurement or by the rule
   // (ranks may differ in PLAIT_DIRECT_CMA_ADAPT): every rank reads the same
   // bit. A rank that offered no cross-memory attach described its buffers as
@@ -627,10 +714,15 @@ Result<char*> DirectPath::peerAddress(int peer, const BufferRef& ref, size_t byt
   // kCma: an address in the peer, used only through transfer().
   if (ref.fd == kPointer || ref.fd == kCma) return reinterpret_cast<char*>(static_cast<uintptr_t>(ref.where));
   if (identities_[peer] == identities_[rank_]) {  // a thread of this process: its allocation is ours too
-    void* base = host_memory::baseOf(ref.fd, ref.generation);
+    size_t allocBytes = 0;
+    void* base = host_memory::baseOf(ref.fd, ref.generation, &allocBytes);
     if (base == nullptr)
       return internalError("rank " + std::to_string(peer) + "'s allocation (fd " + std::to_string(ref.fd) +
                            ") is not live in this process");
+    if (ref.where > allocBytes || bytes > allocBytes - ref.where)
+      return invalidUsage("rank " + std::to_string(peer) + " described " + std::to_string(bytes) +
+                          " bytes at offset " + std::to_string(ref.where) + " of an allocation of " +
+                          std::to_string(allocBytes));
     return static_cast<char*>(base) + ref.where;
   }
   return mappings_->map(peer, pids_[peer], ref.fd, ref.generation, ref.where, bytes);

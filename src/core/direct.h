@@ -203,10 +203,16 @@ class DirectPath {
   struct Descriptor {
     uint32_t shape = 0;  // collective, type, op kind, mode, root (mod 128): must match on every rank,
                          // but for kShapeVoteCma, the sender's vote
-    uint32_t count = 0;  // low bits of the element count: must match too
+    uint32_t count = 0;  // countCheck(): the element count (and a root above 127), folded: must match too
     BufferRef send, recv;
     uint64_t scalar = 0;  // PreMulSum: this rank's scalar bits; Broadcast, Scatter: the sender's votes per form
   };
+  // The checks on what peers send (pure, for tests): the descriptor's count
+  // check of `task`; whether a peer's BufferRef::fd is one a rank can have
+  // described in a job whose ranks are all threads of one process
+  // (`oneProcess`) and that agreed on cross-memory attach (`cma`).
+  static uint32_t countCheck(const Task& task);
+  static bool possibleRef(int32_t fd, bool oneProcess, bool cma);
 
  private:
   DirectPath() = default;

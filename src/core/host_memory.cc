@@ -97,11 +97,11 @@ void* mapMemfd(size_t bytes, int* fd) {
   *fd = memfd_create("plait-mem", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (*fd < 0) return MAP_FAILED;
   void* p = MAP_FAILED;
-  if (ftruncate(*fd, static_cast<off_t>(bytes)) == 0) {
-    if (fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-      PLAIT_INFO(kAlloc, "ncclMemAlloc: sealing the memfd's size failed (%s)", strerror(errno));
+  // Unsealed, peers refuse to map it (PeerMappings::open): fail, and the
+  // caller takes anonymous memory instead.
+  if (ftruncate(*fd, static_cast<off_t>(bytes)) == 0 &&
+      fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
     p = mapShared(*fd, bytes);
-  }
   if (p == MAP_FAILED) {
     const int saved = errno;
     close(*fd);
@@ -120,7 +120,7 @@ Result<void*> allocate(size_t bytes) {
   int fd = -1;
   void* p = mapMemfd(rounded, &fd);
   if (p == MAP_FAILED) {
-    PLAIT_INFO(kAlloc, "ncclMemAlloc: memfd_create/mmap of %zu bytes failed (%s): anonymous memory instead, "
+    PLAIT_INFO(kAlloc, "ncclMemAlloc: memfd_create/seal/mmap of %zu bytes failed (%s): anonymous memory instead, "
                "which local peers cannot map", rounded, strerror(errno));
     p = mapShared(-1, rounded);
     if (p == MAP_FAILED) return systemError("mmap of " + std::to_string(rounded) + " bytes");
@@ -169,11 +169,14 @@ std::optional<Allocation> lookup(const void* ptr) {
   return e->allocation;
 }
 
-void* baseOf(int fd, uint32_t generation) {
+void* baseOf(int fd, uint32_t generation, size_t* bytes) {
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
   for (const auto& [base, e] : t.entries)
-    if (e.allocation.fd == fd && e.allocation.generation == generation) return e.allocation.base;
+    if (e.allocation.fd == fd && e.allocation.generation == generation) {
+      if (bytes != nullptr) *bytes = e.allocation.bytes;
+      return e.allocation.base;
+    }
   return nullptr;
 }
 

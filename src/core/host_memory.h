@@ -48,8 +48,9 @@ struct Allocation {
 // The allocation containing ptr, if any.
 std::optional<Allocation> lookup(const void* ptr);
 // The base of the live allocation with this fd and generation in this
-// process, or null (for peers that are threads of this process).
-void* baseOf(int fd, uint32_t generation);
+// process, or null (for peers that are threads of this process); its size
+// in *bytes where that is not null.
+void* baseOf(int fd, uint32_t generation, size_t* bytes = nullptr);
 
 // Maps `bytes` of `fd` (fd < 0: new anonymous memory) shared and read-write,
 // at an address that differs from every recent mapping's by a varying
