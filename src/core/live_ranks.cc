@@ -369,9 +369,15 @@ Result<LiveRanks::Verdict> LiveRanks::agree(uint64_t failedSeq) {
       getHeader(got, &v.epoch, &v.restartSeq);
       std::memcpy(&v.id, got.data() + kHeader, sizeof v.id);
       v.live.assign(got.begin() + static_cast<std::ptrdiff_t>(kHeader + sizeof v.id), got.end());
+      if (std::any_of(v.live.begin(), v.live.end(), [](uint8_t l) { return l > 1; }))
+        return remoteError("live ranks: rank " + std::to_string(coord) + " answered with a live-ranks list that is "
+                           "not 0s and 1s");
       if (v.epoch <= mine)
         return remoteError("live ranks: rank " + std::to_string(coord) + " answered with epoch " +
                            std::to_string(v.epoch) + ", and this rank is at epoch " + std::to_string(mine) + " already");
+      if (v.epoch > mine + 2 * static_cast<uint64_t>(nranks_) + 2)  // see coordinate(): no agreement leads that far
+        return remoteError("live ranks: rank " + std::to_string(coord) + " answered with epoch " +
+                           std::to_string(v.epoch) + ", far past this rank's " + std::to_string(mine));
       if (!v.live[static_cast<size_t>(rank_)])
         return remoteError("live ranks: the survivors excluded rank " + std::to_string(rank_) + " at epoch " +
                            std::to_string(v.epoch) + " (it did not answer in time); it cannot rejoin");
@@ -411,6 +417,17 @@ Result<LiveRanks::Verdict> LiveRanks::coordinate(uint64_t failedSeq, std::vector
     answered[r] = 1;
     uint64_t epoch = 0, seq = 0;
     getHeader(claim, &epoch, &seq);
+    if (epoch > this->epoch() + static_cast<uint64_t>(nranks_) + 1) {
+      // Each agreement moves every survivor one epoch on, and a rank is
+      // never more agreements ahead than there were ranks to lose: a claim
+      // beyond that is not a rank of this job's (and one at 2^64-1 would
+      // wrap the verdict's epoch to 0).
+      PLAIT_WARN(kColl, "rank %d: rank %zu claims live-ranks epoch %llu, far past this rank's %llu: counted lost",
+                 rank_, r, static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(this->epoch()));
+      answered[r] = 0;
+      dead[r] = 1;
+      continue;
+    }
     highest = std::max(highest, epoch);
     v.restartSeq = std::min(v.restartSeq, seq);
     // What it knows dead (lost before, or a process gone on its host) and has not answered.
