@@ -59,7 +59,11 @@ Status commError(ncclComm_t comm) {
   if (comm->closing.load(std::memory_order_acquire))
     return invalidUsage("comm is being destroyed or aborted");
   int init = comm->initState.load(std::memory_order_acquire);
-  if (init == 1) return Status(Code::kInProgress, "comm is still initialising (non-blocking)");
+  // As NCCL: an error, never ncclInProgress, which from a non-blocking
+  // communicator means "accepted, running" and would hide a dropped call.
+  if (init == 1)
+    return invalidArgument("comm is still initialising (a non-blocking init, or one in a group that has not "
+                           "ended): use it once ncclCommGetAsyncError reports ncclSuccess");
   if (init == 2) return invalidUsage("comm failed to initialise: " + comm->initError.message());
   return Status::ok();  // it became usable between the inline check and this one
 }

@@ -119,6 +119,12 @@ ncclResult_t runInBackground(ncclComm_t comm, std::function<Status()> work,
 bool backgroundPending(ncclComm_t comm, Status* firstError);
 // Waits for background work (destroy and abort, after the abort flag).
 void stopBackground(ncclComm_t comm);
+// For calls that talk to the other ranks without going through the
+// background queue (suspend, resume, windows, device communicators,
+// one-sided calls): on a non-blocking communicator with queued work still
+// running, an error (as NCCL refuses any call while one is in progress);
+// both would drive the bootstrap at once, which is not thread-safe.
+Status checkQuiet(ncclComm_t comm);
 
 // Argument checks; each names the argument and its value. The checks are
 // inline and build their error in the out-of-line *Error function, so a

@@ -94,8 +94,12 @@ Status readCommConfig(const ncclConfig_t* config, CommOptions* out) {
                            std::to_string(maxCTAs));
   if (config->blocking != kUndef) out->blocking = config->blocking == 1;
   if (maxCTAs != kUndef) out->maxChannels = maxCTAs;
-  if (config->commName != nullptr) out->name = config->commName;
-  if (config->netName != nullptr) ignored += (ignored.empty() ? "" : ", ") + std::string("netName=") + config->netName;
+  // The pointer fields too only where the caller's structure has them: an
+  // older header's ends before commName (and a size of 32, before netName).
+  auto has = [&](size_t offset) { return offset + sizeof(const char*) <= config->size; };
+  if (has(offsetof(ncclConfig_t, commName)) && config->commName != nullptr) out->name = config->commName;
+  if (has(offsetof(ncclConfig_t, netName)) && config->netName != nullptr)
+    ignored += (ignored.empty() ? "" : ", ") + std::string("netName=") + config->netName;
   if (!ignored.empty()) PLAIT_INFO(kInit, "ncclConfig_t: accepted with no effect in Plait: %s", ignored.c_str());
   return Status::ok();
 }

@@ -9,6 +9,8 @@
 // ncclDevCommCreate is ncclInvalidUsage naming why, as NCCL's where
 // symmetric memory is unavailable.
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -100,7 +102,23 @@ struct RequirementsCopy {
   std::vector<ncclDevResourceRequirements_t> list;
 };
 
+// The caller's linked lists, walked at most this far: a cycle (or a list
+// longer than any real one) is an error naming the list, not a walk without
+// end (symmetric.cc keeps the same bound).
+constexpr size_t kMaxListed = 4096;
+template <typename Node>
+bool bounded(const Node* head) {
+  size_t n = 0;
+  for (; head != nullptr; head = head->next)
+    if (++n > kMaxListed) return false;
+  return true;
+}
+
 Status unsupportedRequirements(ncclComm_t comm, ncclDevCommRequirements_t const* reqs) {
+  if (!bounded(reqs->resourceRequirementsList))
+    return plait::invalidArgument("reqs->resourceRequirementsList has a cycle (or over 4096 entries)");
+  if (!bounded(reqs->teamRequirementsList))
+    return plait::invalidArgument("reqs->teamRequirementsList has a cycle (or over 4096 entries)");
   std::string what;
   if (reqs->lsaMultimem) what += "; lsaMultimem (NVLink SHARP multicast) is never available";
   for (ncclTeamRequirements_t* t = reqs->teamRequirementsList; t != nullptr && what.empty(); t = t->next)
@@ -130,6 +148,7 @@ PLAIT_API(ncclResult_t, DevCommCreate,
   if (reqs == nullptr) return fail(plait::invalidArgument("reqs is NULL"), call);
   if (outDevComm == nullptr) return fail(plait::invalidArgument("outDevComm is NULL"), call);
   if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  if (Status s = checkQuiet(comm); !s.isOk()) return fail(s, call);
   {
     CommUse use(comm);
     if (!use.usable() || !comm->impl) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);
@@ -172,15 +191,16 @@ PLAIT_VALUE_API(ncclTeam_t, TeamRail, (ncclComm_t comm)) {
 PLAIT_VALUE_API(int, TeamRankToWorld, (ncclComm_t comm, ncclTeam_t team, int rank)) {
   const Teams t = teamsOf(comm, "ncclTeamRankToWorld");
   if (!t.ok || rank < 0 || rank >= team.nRanks) return -1;
-  const int world = t.rank + (rank - team.rank) * team.stride;
-  return world >= 0 && world < t.nranks ? world : -1;
+  // In 64 bits: a team that is not this communicator's may hold any values.
+  const int64_t world = t.rank + (int64_t{rank} - team.rank) * team.stride;
+  return world >= 0 && world < t.nranks ? static_cast<int>(world) : -1;
 }
 
 PLAIT_VALUE_API(int, TeamRankToLsa, (ncclComm_t comm, ncclTeam_t team, int rank)) {
   const Teams t = teamsOf(comm, "ncclTeamRankToLsa");
   if (!t.ok || rank < 0 || rank >= team.nRanks) return -1;
-  const int lsa = t.rank % t.lsaSize + (rank - team.rank) * team.stride;
-  return lsa >= 0 && lsa < t.lsaSize ? lsa : -1;
+  const int64_t lsa = t.rank % t.lsaSize + (int64_t{rank} - team.rank) * team.stride;
+  return lsa >= 0 && lsa < t.lsaSize ? static_cast<int>(lsa) : -1;
 }
 
 // A barrier handle's words (nccl_device/lsa_barrier.h): 3 per barrier and
@@ -229,7 +249,8 @@ PLAIT_API(ncclResult_t, GinBarrierCreateRequirement,
 // beside each).
 PLAIT_VALUE_API(int, LLA2ACalcSlots, (int maxElts, int maxEltSize)) {
   if (maxElts <= 0 || maxEltSize <= 0) return 0;
-  return maxElts * ((maxEltSize + 7) / 8);
+  const int64_t slots = int64_t{maxElts} * ((int64_t{maxEltSize} + 7) / 8);
+  return slots <= INT_MAX ? static_cast<int>(slots) : 0;  // no count of slots fits: none
 }
 
 PLAIT_API(ncclResult_t, LLA2ACreateRequirement,

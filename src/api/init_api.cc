@@ -334,9 +334,9 @@ PLAIT_API(ncclResult_t, CommAbort, (ncclComm_t comm)) {
 // the parent's blocking mode.
 PLAIT_API(ncclResult_t, CommSplit, (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config)) {
   const char* call = "ncclCommSplit";
-  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
   if (newcomm == nullptr) return fail(plait::invalidArgument("newcomm (the output pointer) is NULL"), call);
-  *newcomm = nullptr;
+  *newcomm = nullptr;  // whatever the answer: a caller may poll it
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
     return fail(plait::invalidArgument("color is " + std::to_string(color) +
                                        "; must be ≥ 0 or NCCL_SPLIT_NOCOLOR"),

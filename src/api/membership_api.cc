@@ -109,9 +109,9 @@ PLAIT_API(ncclResult_t, CommShrink,
           (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config,
            int shrinkFlags)) {
   const char* call = "ncclCommShrink";
-  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
   if (newcomm == nullptr) return fail(plait::invalidArgument("newcomm (the output pointer) is NULL"), call);
-  *newcomm = nullptr;
+  *newcomm = nullptr;  // whatever the answer: a caller may poll it
+  if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
   if ((shrinkFlags & ~NCCL_SHRINK_ABORT) != 0)
     return fail(plait::invalidArgument("shrinkFlags is " + std::to_string(shrinkFlags) +
                                        "; must be NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT"),

@@ -37,6 +37,14 @@ bool backgroundPending(ncclComm_t comm, Status* firstError) {
   return false;
 }
 
+Status checkQuiet(ncclComm_t comm) {
+  if (comm->blocking) return Status::ok();
+  std::lock_guard<std::mutex> lock(comm->backgroundMu);
+  if (!comm->background || comm->background->idle()) return Status::ok();
+  return invalidArgument("an earlier non-blocking call on comm is still in progress: wait until "
+                         "ncclCommGetAsyncError stops reporting ncclInProgress");
+}
+
 void stopBackground(ncclComm_t comm) {
   std::unique_ptr<HostStream> stream;
   {

@@ -190,6 +190,7 @@ PLAIT_API(ncclResult_t, CommWindowRegister,
   if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0)
     return fail(plait::invalidArgument("winFlags " + std::to_string(winFlags) + " has unknown bits"), call);
   if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  if (Status s = checkQuiet(comm); !s.isOk()) return fail(s, call);
   if (Status s = checkRange(buff, size); !s.isOk()) return fail(s, call);
   if ((winFlags & NCCL_WIN_COLL_SYMMETRIC) != 0 && plait::group::active()) {
     *win = nullptr;
@@ -202,6 +203,7 @@ PLAIT_API(ncclResult_t, CommWindowRegister,
 PLAIT_API(ncclResult_t, CommWindowDeregister, (ncclComm_t comm, ncclWindow_t win)) {
   const char* call = "ncclCommWindowDeregister";
   if (Status s = checkComm(comm); !s.isOk()) return fail(s, call);
+  if (Status s = checkQuiet(comm); !s.isOk()) return fail(s, call);
   if (win == nullptr) return fail(plait::invalidArgument("win is NULL"), call);
   CommUse use(comm);
   if (!use.usable()) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);

@@ -34,6 +34,7 @@ Status checkSlot(int sigIdx, int ctx, const char* where) {
 // to signal, NCCL 2.32's one signal and context, no flags.
 Status checkTarget(ncclComm_t comm, int peer, int sigIdx, int ctx, unsigned int flags) {
   PLAIT_RETURN_IF_ERROR(checkComm(comm));
+  PLAIT_RETURN_IF_ERROR(checkQuiet(comm));
   PLAIT_RETURN_IF_ERROR(checkRoot(peer, comm->nranks, "peer"));
   PLAIT_RETURN_IF_ERROR(checkSlot(sigIdx, ctx, ""));
   if (flags != 0) return plait::invalidArgument("flags is " + std::to_string(flags) + ": must be 0");
@@ -44,6 +45,7 @@ Status checkTarget(ncclComm_t comm, int peer, int sigIdx, int ctx, unsigned int 
 // (host stream or blocking). One-sided operations move host memory only.
 Status common(ncclComm_t comm, std::vector<UsedBuffer> used, cudaStream_t stream, plait::Task* task) {
   PLAIT_RETURN_IF_ERROR(checkComm(comm));
+  PLAIT_RETURN_IF_ERROR(checkQuiet(comm));
   PLAIT_RETURN_IF_ERROR(placeTask(comm, used, stream, task));
   if (task->onDevice)
     return plait::invalidUsage(
@@ -99,6 +101,8 @@ Status checkTransfer(ncclComm_t comm, const void* localbuff, size_t count, ncclD
     return plait::invalidArgument("count " + std::to_string(count) + " overflows the addressable size");
   *bytes = count * plait::typeSize(datatype);
   PLAIT_RETURN_IF_ERROR(common(comm, {{localbuff, count, "localbuff"}}, stream, task));
+  CommUse use(comm);  // the window table is the communicator's: abort on another thread must wait
+  if (!use.usable()) return plait::invalidUsage("comm is being destroyed or aborted");
   PLAIT_ASSIGN_OR_RETURN(size_t room, comm->impl->windowBytesFrom(peerWin, peerWinOffset));
   if (*bytes > room)
     return plait::invalidArgument("count " + std::to_string(count) + " (" + std::to_string(*bytes) +
@@ -131,6 +135,7 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t plaitGet(
   plait::Task task;
   size_t bytes = 0;
   Status s = checkComm(comm);
+  if (s.isOk()) s = checkQuiet(comm);
   if (s.isOk()) s = checkRoot(peer, comm->nranks, "peer");
   if (s.isOk()) s = checkTransfer(comm, localbuff, count, datatype, peerWin, peerWinOffset, stream, &task, &bytes);
   if (!s.isOk()) return refuse(s, call);
@@ -154,6 +159,7 @@ namespace {
 Status parseDescs(ncclComm_t comm, int nDesc, const ncclWaitSignalDesc_t* signalDescs,
                   std::vector<plait::rma::SignalWait>* waits) {
   PLAIT_RETURN_IF_ERROR(checkComm(comm));
+  PLAIT_RETURN_IF_ERROR(checkQuiet(comm));
   if (nDesc <= 0) return plait::invalidArgument("nDesc is " + std::to_string(nDesc) + ": must be > 0");
   if (signalDescs == nullptr) return plait::invalidArgument("signalDescs is NULL");
   for (int i = 0; i < nDesc; ++i) {

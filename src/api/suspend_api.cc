@@ -23,11 +23,17 @@ ncclResult_t onComm(ncclComm_t comm, const char* call, Body body) {
 }  // namespace
 
 PLAIT_API(ncclResult_t, CommSuspend, (ncclComm_t comm, int flags)) {
-  return onComm(comm, "ncclCommSuspend", [&] { return comm->impl->suspend(flags); });
+  return onComm(comm, "ncclCommSuspend", [&] {
+    PLAIT_RETURN_IF_ERROR(checkQuiet(comm));
+    return comm->impl->suspend(flags);
+  });
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommResume, (ncclComm_t comm)) {
-  return onComm(comm, "ncclCommResume", [&] { return comm->impl->resume(); });
+  return onComm(comm, "ncclCommResume", [&] {
+    PLAIT_RETURN_IF_ERROR(checkQuiet(comm));
+    return comm->impl->resume();
+  });
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, CommMemStats, (ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value)) {

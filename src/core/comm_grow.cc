@@ -18,9 +18,12 @@ namespace plait {
 Result<ncclUniqueId> Communicator::makeGrowId() {
   if (aborted()) return invalidUsage("the communicator was aborted");
   std::lock_guard<std::mutex> lock(growMu_);
+  // A newer id replaces one not consumed: after a failed grow (or none at
+  // all) the old id's root may be gone, and refusing a new one would leave
+  // the communicator unable to grow again. The old root ends at its timeout.
   if (growId_)
-    return invalidUsage("this communicator's previous id from ncclCommGetUniqueId is not consumed yet (one "
-                        "ncclCommGrow at a time)");
+    PLAIT_INFO(kInit, "ncclCommGetUniqueId: a new id replaces this communicator's previous one, not consumed by an "
+               "ncclCommGrow");
   PLAIT_ASSIGN_OR_RETURN(ncclUniqueId id, createPrivateUniqueId());
   growId_ = id;
   return id;

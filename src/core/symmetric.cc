@@ -360,10 +360,19 @@ Status SymmetricSpace::createDevComm(const ncclDevCommRequirements& reqs, ncclDe
     if ((align & (align - 1)) != 0)
       return invalidArgument("a resource requirement's bufferAlign (" + std::to_string(r->bufferAlign) +
                              ") is not a power of two");
+    // Sizes and alignments are the caller's: a sum that wraps would hand out
+    // offsets past the end of a small allocation.
+    constexpr size_t kMaxBytes = size_t{1} << 40;
+    if (align > kMaxBytes || r->bufferSize > kMaxBytes || bytes > kMaxBytes)
+      return invalidArgument("a resource requirement asks for bufferSize " + std::to_string(r->bufferSize) +
+                             " at bufferAlign " + std::to_string(r->bufferAlign) + " (" + std::to_string(bytes) +
+                             " bytes before it): over 1 TiB");
     bytes = alignUp(bytes, align);
     handles.emplace_back(r->outBufferHandle, bytes / kResourceUnit);
     bytes += r->bufferSize;
   }
+  if (bytes > (size_t{1} << 41))
+    return invalidArgument("the resource requirements ask for " + std::to_string(bytes) + " bytes: over 2 TiB");
   bytes = alignUp(std::max(bytes, kResourceUnit), kResourceUnit);
   PLAIT_ASSIGN_OR_RETURN(auto made, internalWindow(bytes, "a device communicator's resources"));
   void* window = made.first;

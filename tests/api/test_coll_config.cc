@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -354,6 +355,27 @@ TEST_CASE("ncclConfig_t: NCCL 2.32's fields are accepted, and not read past an o
   config.size = offsetof(ncclConfig_t, nvlinkCentricSched) + sizeof(int);
   config.graphUsageMode = -7;
   config.hostCftMode = 99;
+  comm = nullptr;
+  REQUIRE(initSolo(&config, &comm) == ncclSuccess);
+  checkSoloWorks(comm);
+}
+
+// Older headers' structures end before the pointer fields: NCCL 2.14's at
+// netName's end, 2.17's before commName. What lies beyond the caller's size
+// is not its configuration, pointers included (read as a string, a stray
+// value there crashed ncclCommInitRankConfig; review of 2026-11-30).
+TEST_CASE("ncclConfig_t's pointer fields are read only within the caller's size", "[config]") {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.size = offsetof(ncclConfig_t, commName);
+  config.commName = reinterpret_cast<const char*>(uintptr_t{1});  // not the caller's: never followed
+  ncclComm_t comm = nullptr;
+  REQUIRE(initSolo(&config, &comm) == ncclSuccess);
+  checkSoloWorks(comm);
+
+  config = NCCL_CONFIG_INITIALIZER;
+  config.size = offsetof(ncclConfig_t, netName);
+  config.netName = reinterpret_cast<const char*>(uintptr_t{1});
+  config.commName = reinterpret_cast<const char*>(uintptr_t{1});
   comm = nullptr;
   REQUIRE(initSolo(&config, &comm) == ncclSuccess);
   checkSoloWorks(comm);

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <thread>
@@ -192,7 +193,7 @@ TEST_CASE("A non-blocking split gives a child that becomes ready", "[nonblocking
 // split returns before rank 1 has called it (a split that blocked would wait
 // for rank 1, which waits for rank 0's return: the Signal's 20 s, then a
 // failure). Until rank 1 joins, both the parent and the child say
-// ncclInProgress, and the child's queries too.
+// ncclInProgress, and queries of the child are refused.
 TEST_CASE("A non-blocking split returns before the other ranks called it", "[nonblocking]") {
   Signal rank0Returned;
   auto errors = runPair([&](int rank, ncclComm_t comm) -> std::string {
@@ -206,7 +207,9 @@ TEST_CASE("A non-blocking split returns before the other ranks called it", "[non
       const ncclResult_t countResult = ncclCommCount(child, &count);
       const ncclResult_t parentState = asyncState(comm), childState = asyncState(child);
       rank0Returned.raise();
-      if (parentState != ncclInProgress || childState != ncclInProgress || countResult != ncclInProgress)
+      // A query on a communicator still initialising is an error, as NCCL's
+      // (never ncclInProgress, which would read as "accepted").
+      if (parentState != ncclInProgress || childState != ncclInProgress || countResult != ncclInvalidArgument)
         return "before rank 1 joined: parent " + std::to_string(parentState) + ", child " +
                std::to_string(childState) + ", ncclCommCount " + std::to_string(countResult);
     }
@@ -368,4 +371,51 @@ TEST_CASE("A non-blocking grow returns at once and the grown communicator become
   newcomer.join();
   for (const auto& e : errors) CHECK(e == "");
   CHECK(newcomerError == "");
+}
+
+// A communicator whose non-blocking init has not finished refuses calls with
+// an error naming why, as NCCL does: ncclInProgress would read as "accepted"
+// on a non-blocking communicator, while the call was dropped (the review of
+// 2026-11-30: an AllReduce made right after the init was never queued and
+// ncclCommGetAsyncError went on to report success). A split on it leaves
+// *newcomm NULL, never what the caller's variable held before.
+TEST_CASE("Calls on a communicator still initialising are refused, not dropped", "[nonblocking]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  REQUIRE(ncclCommInitRankConfig(&comm, 2, id, 0, &config) == ncclInProgress);  // rank 1 has not come yet
+  std::vector<float> buf(64, 1.0f);
+  CHECK(ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr) == ncclInvalidArgument);
+  CHECK(std::string(ncclGetLastError(comm)).find("still initialising") != std::string::npos);
+  auto* stale = reinterpret_cast<ncclComm_t>(uintptr_t{0x1234});
+  ncclComm_t child = stale;
+  CHECK(ncclCommSplit(comm, 0, 0, &child, nullptr) == ncclInvalidArgument);
+  CHECK(child == nullptr);
+  child = stale;
+  int excluded = 1;
+  CHECK(ncclCommShrink(comm, &excluded, 1, &child, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument);
+  CHECK(child == nullptr);
+  int count = -1;
+  CHECK(ncclCommCount(comm, &count) == ncclInvalidArgument);
+  ncclResult_t state = ncclSuccess;
+  CHECK(ncclCommGetAsyncError(comm, &state) == ncclSuccess);
+  CHECK(state == ncclInProgress);  // the init itself still runs
+  // Rank 1 joins: the init completes, and the same calls now work.
+  std::thread peer([&] {
+    ncclComm_t other = initNonBlocking(2, id, 1);
+    if (other == nullptr) return;
+    float x = 1.0f;
+    ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, other, nullptr);
+    waitDone(other);
+    ncclCommDestroy(other);
+  });
+  REQUIRE(waitDone(comm) == ncclSuccess);
+  float x = 2.0f;
+  CHECK(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, nullptr) == ncclInProgress);
+  CHECK(waitDone(comm) == ncclSuccess);
+  CHECK(x == 3.0f);
+  peer.join();
+  CHECK(ncclCommDestroy(comm) == ncclSuccess);
 }

@@ -4,6 +4,7 @@
 // requirements of barriers, and ncclDevCommCreate's refusal, which names
 // what is missing.
 #include <catch2/catch.hpp>
+#include <climits>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -120,6 +121,7 @@ TEST_CASE("Barrier and all-to-all requirements size their buffers", "[device-api
 
   CHECK(ncclLLA2ACalcSlots(100, 12) == 200);  // 8 payload bytes per slot
   CHECK(ncclLLA2ACalcSlots(0, 8) == 0);
+  CHECK(ncclLLA2ACalcSlots(INT_MAX, INT_MAX) == 0);  // no count fits an int: none (was signed overflow)
   ncclLLA2AHandle_t a2a;
   REQUIRE(ncclLLA2ACreateRequirement(2, 200, &a2a, &req) == ncclSuccess);
   CHECK(a2a.nSlots == 200);
@@ -132,5 +134,21 @@ TEST_CASE("Barrier and all-to-all requirements size their buffers", "[device-api
   REQUIRE(ncclGinBarrierCreateRequirement(comm, ncclTeamRail(comm), 2, &gin, &req) == ncclSuccess);
   CHECK(req.ginSignalCount == 2);
   CHECK(req.outGinSignalStart == &gin.signal0);
+  // Hostile values: a team that is not this communicator's maps no rank
+  // (computed in 64 bits: was signed overflow that could land in range).
+  CHECK(ncclTeamRankToWorld(comm, ncclTeam_t{INT_MAX, 0, INT_MAX}, INT_MAX - 1) == -1);
+  CHECK(ncclTeamRankToLsa(comm, ncclTeam_t{INT_MAX, INT_MAX, 2}, 0) == -1);
+  // A requirements list with a cycle is refused by name, not walked for
+  // ever (review of 2026-11-30).
+  ncclDevResourceRequirements_t loop;
+  std::memset(static_cast<void*>(&loop), 0, sizeof loop);
+  loop.bufferSize = 64;
+  loop.next = &loop;
+  ncclDevCommRequirements_t reqs;
+  std::memset(static_cast<void*>(&reqs), 0, sizeof reqs);
+  reqs.resourceRequirementsList = &loop;
+  ncclDevComm_t dc;
+  CHECK(ncclDevCommCreate(comm, &reqs, &dc) == ncclInvalidArgument);
+  CHECK(std::string(ncclGetLastError(comm)).find("has a cycle") != std::string::npos);
   REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
 }
