@@ -89,6 +89,13 @@ Status RegistrationTable::remove(void* handle, RegistrationKind kind) {
     entries_.erase(it);
   }
   dropAllocation(*gone);
+  // The handle is the entry's address: kept a while, so that the allocator
+  // does not hand it straight to the next registration and a stale second
+  // deregistration (or a stale window handle) finds no live entry instead
+  // of removing someone else's.
+  std::lock_guard<std::mutex> lock(mu_);
+  retired_.push_back(std::move(gone));
+  if (retired_.size() > kRetiredHandles) retired_.pop_front();
   return Status::ok();
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -65,6 +66,10 @@ class RegistrationTable {
 
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Registration>> entries_;
+  // Removed entries, their allocations dropped, kept so their addresses (the
+  // handles) are not reused at once: the last kRetiredHandles of them.
+  static constexpr size_t kRetiredHandles = 1024;
+  std::deque<std::unique_ptr<Registration>> retired_;
   bool loggedForeign_ = false;
 };
 

@@ -457,6 +457,15 @@ TEST_CASE("Registration arguments are checked, and registered memory cannot be f
   CHECK(ncclCommDeregister(comm, handle) == ncclSuccess);
   CHECK(ncclCommDeregister(comm, handle) == ncclInvalidArgument);  // twice
   CHECK(mentions("already deregistered"));
+  // A handle is not handed out again at once: a stale second deregistration
+  // after a new registration finds nothing, and leaves the new one alone
+  // (the allocator used to return the freed entry's address to the next one).
+  void* next = nullptr;
+  REQUIRE(ncclCommRegister(comm, buf, 10000, &next) == ncclSuccess);
+  CHECK(next != handle);
+  CHECK(ncclCommDeregister(comm, handle) == ncclInvalidArgument);
+  CHECK(ncclMemFree(buf) == ncclInvalidArgument);  // still registered through `next`
+  CHECK(ncclCommDeregister(comm, next) == ncclSuccess);
   CHECK(ncclMemFree(buf) == ncclSuccess);
   CHECK(ncclMemFree(buf) == ncclInvalidArgument);  // twice
 
