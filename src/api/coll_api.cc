@@ -22,6 +22,11 @@ ncclResult_t launch(ncclComm_t comm, const Task& task, const char* call) {
     plait::group::enqueue(comm, task);
     return ncclSuccess;
   }
+  // A non-blocking communicator's host calls without a stream run in its
+  // background; one on a stream or the device would run beside them, and
+  // both number the communicator's operations: refused while they run.
+  if (!comm->blocking && (task.stream != nullptr || task.onDevice)) [[unlikely]]
+    if (Status s = checkQuiet(comm); !s.isOk()) return fail(s, call);
   if (task.stream != nullptr) {
     comm->inflight.fetch_add(1, std::memory_order_seq_cst);
     task.stream->enqueue([comm, task] {
