@@ -398,7 +398,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
   pids_ = so.pids;  // remote ranks' pids cleared
   PLAIT_ASSIGN_OR_RETURN(shm_, ShmTransport::connect(oob, so, deadline));
   PLAIT_ASSIGN_OR_RETURN(cma_, probeCma(*bootstrap_, so.localRanks, deadline));
-  PLAIT_ASSIGN_OR_RETURN(direct_, DirectPath::create(oob, shm_.get(), cma_, deadline));
+  PLAIT_ASSIGN_OR_RETURN(direct_, DirectPath::create(oob, shm_.get(), cma_, pids_, bootstrap_->magic(), deadline));
   direct_->setReproducible(reproducible_);
   // The same on every local rank: oversubscription is judged on the union of their CPU masks.
   alltoallCma_ = cma_ && (kAlltoAllCma.get() == 1 || (kAlltoAllCma.get() < 0 && !oversubscribed_));

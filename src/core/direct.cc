@@ -155,31 +155,54 @@ std::string checkProbe(const ProbeInfo& p) {
 // that copied ours would otherwise have this rank follow its addresses as
 // its own (kPointer). Entries live from before the first exchange to after
 // the second, so every rank of the job finds its peers' while it checks.
-std::mutex gProbeMu;
-std::vector<std::pair<uint64_t, int>> gProbeTokens;
+// Kept per communicator (its bootstrap's job key): a token noted for one
+// communicator does not vouch for a rank of another initialising at once.
+struct ProbeNote {
+  uint64_t comm, token;
+  int rank;
+  bool operator==(const ProbeNote&) const = default;
+};
+struct ProbeNotes {
+  std::mutex mu;
+  std::vector<ProbeNote> notes;
+};
+ProbeNotes& probeNotes() {
+  static auto* notes = new ProbeNotes();  // never destroyed: an init thread may still probe at exit
+  return *notes;
+}
 
 class ProbeTokenNote {
  public:
-  ProbeTokenNote(uint64_t token, int rank) : entry_(token, rank) {
-    std::lock_guard<std::mutex> lock(gProbeMu);
-    gProbeTokens.push_back(entry_);
+  explicit ProbeTokenNote(ProbeNote note) : note_(note) {
+    std::lock_guard<std::mutex> lock(probeNotes().mu);
+    probeNotes().notes.push_back(note_);
   }
   ~ProbeTokenNote() {
-    std::lock_guard<std::mutex> lock(gProbeMu);
-    auto it = std::find(gProbeTokens.begin(), gProbeTokens.end(), entry_);
-    if (it != gProbeTokens.end()) gProbeTokens.erase(it);
+    ProbeNotes& all = probeNotes();
+    std::lock_guard<std::mutex> lock(all.mu);
+    auto it = std::find(all.notes.begin(), all.notes.end(), note_);
+    if (it != all.notes.end()) all.notes.erase(it);
   }
   ProbeTokenNote(const ProbeTokenNote&) = delete;
   ProbeTokenNote& operator=(const ProbeTokenNote&) = delete;
 
  private:
-  std::pair<uint64_t, int> entry_;
+  ProbeNote note_;
 };
 
-bool probeOfThisProcess(uint64_t token, int rank) {
-  std::lock_guard<std::mutex> lock(gProbeMu);
-  return std::find(gProbeTokens.begin(), gProbeTokens.end(), std::make_pair(token, rank)) != gProbeTokens.end();
+bool probeOfThisProcess(const ProbeNote& note) {
+  ProbeNotes& all = probeNotes();
+  std::lock_guard<std::mutex> lock(all.mu);
+  return std::find(all.notes.begin(), all.notes.end(), note) != all.notes.end();
 }
+
+// Closes the probe's memfd on every way out of probe().
+struct ProbeFd {
+  int fd = -1;
+  ~ProbeFd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
 
 uint64_t randomToken() {
   uint64_t t = 0;
@@ -194,9 +217,12 @@ const char* bufferName(bool send) { return send ? "sendbuff" : "recvbuff"; }
 // ---- creation ---------------------------------------------------------------------
 
 Result<std::unique_ptr<DirectPath>> DirectPath::create(OobExchange& oob, ShmTransport* shm, bool cma,
+                                                       const std::vector<int>& pids, uint64_t commKey,
                                                        Deadline deadline) {
   std::unique_ptr<DirectPath> d(new DirectPath());
   d->rank_ = oob.rank();
+  d->bootstrapPids_ = pids;
+  d->commKey_ = commKey;
   d->nranks_ = oob.nranks();
   d->shm_ = shm;
   bool allLocal = shm != nullptr;
@@ -261,8 +287,10 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
   mine.minBytesUnsynced = static_cast<uint64_t>(std::max<int64_t>(1, kDirectUnsyncedMinBytes.get()));
   mine.pairBroadcastMinBytes = static_cast<uint64_t>(std::max<int64_t>(1, kDirectPairBroadcastMinBytes.get()));
   mine.token = randomToken();
-  const ProbeTokenNote note(mine.token, rank_);
-  int fd = mine.want ? memfd_create("plait-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING) : -1;
+  const ProbeTokenNote note(ProbeNote{commKey_, mine.token, rank_});
+  ProbeFd probeFd;
+  int& fd = probeFd.fd;
+  fd = mine.want ? memfd_create("plait-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING) : -1;
   if (fd >= 0 && ftruncate(fd, kProbeBytes) == 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0) {
     if (void* m = mmap(nullptr, kProbeBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0); m != MAP_FAILED) {
       std::memcpy(m, &mine.token, sizeof mine.token);
@@ -271,39 +299,52 @@ Status DirectPath::probe(OobExchange& oob, Deadline deadline) {
     }
   }
   PLAIT_RETURN_IF_ERROR(oob.allGather(info.data(), sizeof(ProbeInfo), deadline));
+  // What is checked is what is used: the first exchange's descriptions (a
+  // peer's second one could say anything), the second only for `ok`.
+  const std::vector<ProbeInfo> heard = info;
+  // The bootstrap's pid of each local rank (0: on another host, where the
+  // probe fails anyway): the probe must name the same.
+  auto pidOf = [&](int r) {
+    const int known = r < static_cast<int>(bootstrapPids_.size()) ? bootstrapPids_[r] : 0;
+    return known != 0 ? known : heard[r].pid;
+  };
   std::string why;
   for (int r = 0; r < nranks_ && why.empty(); ++r) {
-    if (!info[r].want) why = "PLAIT_DIRECT=0 on rank " + std::to_string(r);
-    else if (info[r].identity == mine.identity && (info[r].pid != mine.pid || !probeOfThisProcess(info[r].token, r)))
+    const ProbeInfo& p = heard[r];
+    const bool sameProcess = p.identity == mine.identity;
+    if (!p.want) why = "PLAIT_DIRECT=0 on rank " + std::to_string(r);
+    else if (p.pid != pidOf(r))
+      why = "rank " + std::to_string(r) + "'s probe names pid " + std::to_string(p.pid) + ", its bootstrap pid " +
+            std::to_string(pidOf(r));
+    else if (sameProcess && (p.pid != mine.pid || !probeOfThisProcess(ProbeNote{commKey_, p.token, r})))
       why = "rank " + std::to_string(r) + " reports this process's identity but is not one of its threads";
-    else if (info[r].identity == mine.identity) continue;
-    else if (std::string pidWhy = cmaPeerPidError(info[r].pid); !pidWhy.empty())
+    else if (sameProcess) continue;
+    else if (std::string pidWhy = cmaPeerPidError(p.pid); !pidWhy.empty())
       why = "rank " + std::to_string(r) + ": " + pidWhy;
-    else if (info[r].fd < 0) why = "rank " + std::to_string(r) + " could not create a memfd";
-    else if (std::string e = checkProbe(info[r]); !e.empty()) why = "cannot map rank " + std::to_string(r) + "'s memory: " + e;
+    else if (p.fd < 0) why = "rank " + std::to_string(r) + " could not create a memfd";
+    else if (std::string e = checkProbe(p); !e.empty()) why = "cannot map rank " + std::to_string(r) + "'s memory: " + e;
   }
   mine.ok = why.empty();
   PLAIT_RETURN_IF_ERROR(oob.allGather(info.data(), sizeof(ProbeInfo), deadline));
-  if (fd >= 0) ::close(fd);
   enabled_ = true;
   oneProcess_ = true;
   for (int r = 0; r < nranks_; ++r) {
-    enabled_ = enabled_ && info[r].ok;
-    oneProcess_ = oneProcess_ && info[r].identity == mine.identity;
-    minBytes_ = r == 0 ? info[r].minBytes : std::max<size_t>(minBytes_, info[r].minBytes);
+    enabled_ = enabled_ && info[r].ok;  // the second exchange's verdicts
+    oneProcess_ = oneProcess_ && heard[r].identity == mine.identity;
+    minBytes_ = r == 0 ? heard[r].minBytes : std::max<size_t>(minBytes_, heard[r].minBytes);
     minBytesUnsynced_ =
-        r == 0 ? info[r].minBytesUnsynced : std::max<size_t>(minBytesUnsynced_, info[r].minBytesUnsynced);
-    pairBroadcastMinBytes_ = r == 0 ? info[r].pairBroadcastMinBytes
-                                    : std::max<size_t>(pairBroadcastMinBytes_, info[r].pairBroadcastMinBytes);
-    pids_.push_back(info[r].pid);
-    identities_.push_back(info[r].identity);
+        r == 0 ? heard[r].minBytesUnsynced : std::max<size_t>(minBytesUnsynced_, heard[r].minBytesUnsynced);
+    pairBroadcastMinBytes_ = r == 0 ? heard[r].pairBroadcastMinBytes
+                                    : std::max<size_t>(pairBroadcastMinBytes_, heard[r].pairBroadcastMinBytes);
+    pids_.push_back(heard[r].pid);
+    identities_.push_back(heard[r].identity);
   }
-  gatherPush_ = info[0].push != 0;
-  cmaMinBytes_ = info[0].cmaMinBytes;  // rank 0's, as every rank must decide alike
-  cmaMaxBytes_ = info[0].cmaMaxBytes;
-  cmaReduceMinBytes_ = info[0].cmaReduceMinBytes;
-  agreeAlways_ = info[0].agree != 0;
-  cmaWanted_ = std::all_of(info.begin(), info.end(), [](const ProbeInfo& i) { return i.cma != 0; });
+  gatherPush_ = heard[0].push != 0;
+  cmaMinBytes_ = heard[0].cmaMinBytes;  // rank 0's, as every rank must decide alike
+  cmaMaxBytes_ = heard[0].cmaMaxBytes;
+  cmaReduceMinBytes_ = heard[0].cmaReduceMinBytes;
+  agreeAlways_ = heard[0].agree != 0;
+  cmaWanted_ = std::all_of(heard.begin(), heard.end(), [](const ProbeInfo& i) { return i.cma != 0; });
   if (!enabled_) minBytes_ = minBytesUnsynced_ = pairBroadcastMinBytes_ = SIZE_MAX;
   if (enabled_) {
     PLAIT_INFO(kInit, "direct collectives on registered buffers: on from %zu bytes (%zu for the rooted ones and "
@@ -339,7 +380,6 @@ bool reduces(CollType c) {
 bool rooted(CollType c) {
   return c == CollType::kBroadcast || c == CollType::kReduce || c == CollType::kGather || c == CollType::kScatter;
 }
-
 
 // NCCL's in-place forms: a rank's input `in` lies where its part of the
 // output `out` does, `at` bytes in for the collectives whose parts are blocks

@@ -111,7 +111,11 @@ class DirectPath {
   // `cma`: the communicator agreed cross-memory attach between its local
   // ranks (the same on every rank); unregistered buffers may then go direct
   // too (the data movers, and the reductions as above).
+  // `pids`: the bootstrap's pid of every rank (0 where unknown), which each
+  // rank's probe must repeat; `commKey`: the same on every rank of this
+  // communicator and no other (the bootstrap's job key).
   static Result<std::unique_ptr<DirectPath>> create(OobExchange& oob, ShmTransport* shm, bool cma,
+                                                    const std::vector<int>& pids, uint64_t commKey,
                                                     Deadline deadline);
   ~DirectPath();
   DirectPath(const DirectPath&) = delete;
@@ -239,6 +243,8 @@ class DirectPath {
   };
   CmaOffer cmaOffer(const Task& task) const;
   Status probe(OobExchange& oob, Deadline deadline);
+  std::vector<int> bootstrapPids_;  // create()'s `pids`
+  uint64_t commKey_ = 0;
   BufferRef describe(const void* ptr, size_t bytes, bool cmaOk) const;
   Result<bool> exchange(const Task& task);
   Status resolve(const Task& task);

@@ -278,7 +278,8 @@ constexpr std::chrono::seconds kAcceptStall{10};
 
 // The connecting side's Pendings (connect_stages.h: the handle that holds one
 // is a copy of a peer's bytes).
-net::StageRegistry<Pending> gConnecting;
+// Never destroyed: a non-blocking init may still be connecting at exit.
+net::StageRegistry<Pending>& gConnecting = *new net::StageRegistry<Pending>();
 
 // Creates the CQ, the QPs (moved to INIT) and the FIFO memory; fills `info`.
 bool createQps(Comm* c, int nQps, ConnInfo* info) {

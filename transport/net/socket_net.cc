@@ -370,8 +370,8 @@ struct ConnectStage {
 
 // The connector's stages this process made and has not finished
 // (connect_stages.h: the handle that holds one is a copy of a peer's bytes).
-net::StageRegistry<ConnectStage> gStages;
-
+// Never destroyed: a non-blocking init may still be connecting at exit.
+net::StageRegistry<ConnectStage>& gStages = *new net::StageRegistry<ConnectStage>();
 
 int sockListen(int dev, void* handleBytes, void** listenComm) {
   *listenComm = nullptr;
