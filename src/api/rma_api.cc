@@ -34,7 +34,6 @@ Status checkSlot(int sigIdx, int ctx, const char* where) {
 // to signal, NCCL 2.32's one signal and context, no flags.
 Status checkTarget(ncclComm_t comm, int peer, int sigIdx, int ctx, unsigned int flags) {
   PLAIT_RETURN_IF_ERROR(checkComm(comm));
-  PLAIT_RETURN_IF_ERROR(checkQuiet(comm));
   PLAIT_RETURN_IF_ERROR(checkRoot(peer, comm->nranks, "peer"));
   PLAIT_RETURN_IF_ERROR(checkSlot(sigIdx, ctx, ""));
   if (flags != 0) return plait::invalidArgument("flags is " + std::to_string(flags) + ": must be 0");
@@ -135,7 +134,6 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t plaitGet(
   plait::Task task;
   size_t bytes = 0;
   Status s = checkComm(comm);
-  if (s.isOk()) s = checkQuiet(comm);
   if (s.isOk()) s = checkRoot(peer, comm->nranks, "peer");
   if (s.isOk()) s = checkTransfer(comm, localbuff, count, datatype, peerWin, peerWinOffset, stream, &task, &bytes);
   if (!s.isOk()) return refuse(s, call);
@@ -159,7 +157,6 @@ namespace {
 Status parseDescs(ncclComm_t comm, int nDesc, const ncclWaitSignalDesc_t* signalDescs,
                   std::vector<plait::rma::SignalWait>* waits) {
   PLAIT_RETURN_IF_ERROR(checkComm(comm));
-  PLAIT_RETURN_IF_ERROR(checkQuiet(comm));
   if (nDesc <= 0) return plait::invalidArgument("nDesc is " + std::to_string(nDesc) + ": must be > 0");
   if (signalDescs == nullptr) return plait::invalidArgument("signalDescs is NULL");
   for (int i = 0; i < nDesc; ++i) {
@@ -194,7 +191,9 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t plaitWaitAnySigna
   if (which == nullptr) return fail(plait::invalidArgument("which is NULL"), call);
   *which = -1;
   std::vector<plait::rma::SignalWait> waits;
-  if (Status s = parseDescs(comm, nDesc, signalDescs, &waits); !s.isOk()) return fail(s, call);
+  Status s = parseDescs(comm, nDesc, signalDescs, &waits);
+  if (s.isOk()) s = checkQuiet(comm);
+  if (!s.isOk()) return fail(s, call);
   CommUse use(comm);
   if (!use.usable()) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);
   auto got = comm->impl->waitAnySignal(waits);
@@ -209,7 +208,9 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t plaitTestSignal(
   if (done == nullptr) return fail(plait::invalidArgument("done is NULL"), call);
   *done = 0;
   std::vector<plait::rma::SignalWait> waits;
-  if (Status s = parseDescs(comm, nDesc, signalDescs, &waits); !s.isOk()) return fail(s, call);
+  Status s = parseDescs(comm, nDesc, signalDescs, &waits);
+  if (s.isOk()) s = checkQuiet(comm);
+  if (!s.isOk()) return fail(s, call);
   CommUse use(comm);
   if (!use.usable()) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);
   auto got = comm->impl->testSignals(waits);
