@@ -292,6 +292,58 @@ TEST_CASE("net transport: ring and point-to-point FIFOs between two ranks over t
   t[1].reset();
 }
 
+// Regression: the socket module holds 32 requests per connection. With
+// deeper FIFOs (PLAIT_SHM_STEPS=64; a point-to-point step takes two
+// requests) the proxy posted until the module said "full" and then returned
+// before testing what it had posted: no step ever completed, both ranks
+// waited for each other's data for ever. The sender posts every step before
+// the receiver takes one, so the proxy must complete steps while it cannot
+// post more.
+TEST_CASE("net transport: FIFOs deeper than the network's request limit still complete", "[net]") {
+  loopbackSocketNet();
+  ThreadOob::Shared shared;
+  std::atomic<uint32_t> abortFlags[2] = {0, 0};
+  std::unique_ptr<NetTransport> t[2];
+  std::string connectErrors[2];
+  std::thread threads[2];
+  for (int r = 0; r < 2; ++r)
+    threads[r] = std::thread([&, r] {
+      ThreadOob oob(shared, r);
+      NetTransportOptions o = twoRankOptions(r, &abortFlags[r]);
+      o.ring = FifoShape{kMaxFifoSteps, 4096};
+      o.p2p = FifoShape{kMaxFifoSteps, 4096};
+      auto res = NetTransport::connect(oob, o, Deadline::afterMs(10000));
+      if (res.isOk()) t[r] = std::move(res).value();
+      else connectErrors[r] = res.status().toString();
+    });
+  for (auto& th : threads) th.join();
+  REQUIRE(connectErrors[0].empty());
+  REQUIRE(connectErrors[1].empty());
+
+  for (FifoSender* f : {t[0]->ringSend(0), t[0]->p2pSend(1)}) {
+    for (int i = 0; i < kMaxFifoSteps; ++i) {  // the whole FIFO, before anything is received
+      auto buf = f->acquire();
+      REQUIRE(buf.isOk());
+      std::memset(buf.value(), i + 1, 100);
+      f->post(100);
+    }
+  }
+  for (FifoReceiver* f : {t[1]->ringRecv(0), t[1]->p2pRecv(0)}) {
+    for (int i = 0; i < kMaxFifoSteps; ++i) {
+      size_t n = 0;
+      auto buf = f->acquire(&n);
+      INFO("step " << i << ": " << buf.status().message());
+      REQUIRE(buf.isOk());
+      REQUIRE(n == 100);
+      CHECK(buf.value()[0] == static_cast<char>(i + 1));
+      CHECK(buf.value()[99] == static_cast<char>(i + 1));
+      f->release();
+    }
+  }
+  t[0].reset();
+  t[1].reset();
+}
+
 // Regression: with more channels than ranks (two nodes of one rank, three
 // or more channels; the device path's 16 channels always), the sender took
 // ring channel `nranks` for a point-to-point connector and connected it to

@@ -142,14 +142,14 @@ void NetConnector::progressSend(const PlaitNetV8& net, bool* moved) {
       int rc = net.isend(comm_, step(slot), static_cast<int>(word & kPayloadMask), tag_, stepsHandle(),
                          &requests_[slot][0]);
       if (rc != 0) return fail(rc);
-      if (requests_[slot][0] == nullptr) return;
+      if (requests_[slot][0] == nullptr) break;  // the network is full: test what it has (below)
       partsPosted_ = 1;
     }
     if (trailer_ && partsPosted_ == 1) {
       words_[slot] = word;
       int rc = net.isend(comm_, &words_[slot], sizeof(uint64_t), tag_, mhandle_, &requests_[slot][1]);
       if (rc != 0) return fail(rc);
-      if (requests_[slot][1] == nullptr) return;
+      if (requests_[slot][1] == nullptr) break;
     }
     partsPosted_ = 0;
     ++posted_;
@@ -175,7 +175,7 @@ void NetConnector::progressRecv(const PlaitNetV8& net, bool* moved) {
       void* handle = stepsHandle();
       int rc = net.irecv(comm_, 1, &data, &size, &tag_, &handle, &requests_[slot][0]);
       if (rc != 0) return fail(rc);
-      if (requests_[slot][0] == nullptr) return;
+      if (requests_[slot][0] == nullptr) break;  // the network is full: test what it has (below)
       partsPosted_ = 1;
     }
     if (trailer_ && partsPosted_ == 1) {
@@ -183,7 +183,7 @@ void NetConnector::progressRecv(const PlaitNetV8& net, bool* moved) {
       int size = sizeof(uint64_t);
       int rc = net.irecv(comm_, 1, &data, &size, &tag_, &mhandle_, &requests_[slot][1]);
       if (rc != 0) return fail(rc);
-      if (requests_[slot][1] == nullptr) return;
+      if (requests_[slot][1] == nullptr) break;
     }
     partsPosted_ = 0;
     ++posted_;
