@@ -39,6 +39,15 @@ struct PrimitivesConfig {
   // `src` already carries the PreMulSum scalar (a partial sum of this rank's
   // own making, in the log-depth schedules): it is not applied again.
   bool srcScaled = false;
+  // `send` takes steps by reference (FifoSender::takesReferences: a network
+  // connector's proxy sends from this process's memory): a slice that is
+  // written to `dst` anyway goes out from there, not from a copy in the step.
+  // The schedule must write each `dst` byte once per operation and wait for
+  // the sender to drain before the operation ends (HostPrimitives::finish).
+  bool sendByReference = false;
+  // With sendByReference: `src` is never written during the operation (it
+  // overlaps no output), so send(src) goes out from `src` itself too.
+  bool srcStays = false;
 };
 
 class HostPrimitives {
@@ -67,6 +76,12 @@ class HostPrimitives {
   // dst, next <- src
   bool copySend(const void* src, void* dst, size_t n) { return run(n, false, true, src, dst, false); }
 
+  // Ends the operation's use of the buffers: steps sent by reference must
+  // have left them before the caller may change them. After a failure the
+  // sending end is given up instead (the proxy lets go of the steps; the
+  // connection is unusable, as after any failed schedule). Returns status().
+  Status finish();
+
   const Status& status() const { return status_; }
   bool failed() const { return !status_.isOk(); }
 
@@ -82,6 +97,7 @@ class HostPrimitives {
   PrimitivesConfig cfg_;
   size_t sliceElems_;
   bool preOp_;
+  bool referenced_ = false;  // a step went by reference (finish() must wait)
   Status status_;
 };
 
@@ -110,6 +126,15 @@ inline bool HostPrimitives::run(size_t n, bool fromPrev, bool toNext, const void
       if (!slot.isOk()) return fail(slot.takeStatus());
       next = *slot;
     }
+    // By reference: the slice goes out from the output it is written to, or
+    // (a plain send of unscaled input that stays) from the input itself.
+    const bool refDst = next && cfg_.sendByReference && out;
+    if (next && cfg_.sendByReference && !out && !peer && !preOp_ && cfg_.srcStays) {
+      referenced_ = true;
+      cfg_.send->postReference(in + done * elem, bytes);
+      done += elems;
+      continue;
+    }
     ReduceCopyArgs args;
     args.count = elems;
     args.postOp = postOp;
@@ -125,14 +150,33 @@ inline bool HostPrimitives::run(size_t n, bool fromPrev, bool toNext, const void
     }
     args.nDsts = 0;
     if (out) args.dsts[args.nDsts++] = out + done * elem;
-    if (next) args.dsts[args.nDsts++] = next;
-    args.nonTemporal = cfg_.nonTemporalOutput && next == nullptr;
+    if (next && !refDst) args.dsts[args.nDsts++] = next;
+    args.nonTemporal = cfg_.nonTemporalOutput && next == nullptr;  // a slice to send stays in cache
     cfg_.fn(cfg_.op, args);
-    if (next) cfg_.send->post(bytes);
+    if (refDst) {
+      referenced_ = true;
+      cfg_.send->postReference(out + done * elem, bytes);
+    } else if (next) {
+      cfg_.send->post(bytes);
+    }
     if (peer) cfg_.recv->release();
     done += elems;
   }
   return true;
+}
+
+inline Status HostPrimitives::finish() {
+  if (!referenced_) return status_;
+  constexpr int64_t kLetGoMs = 10'000;  // the proxy answers within a nap (well under 1 ms)
+  if (status_.isOk()) {
+    Status drained = cfg_.send->waitDrained();
+    if (drained.isOk()) return status_;
+    fail(std::move(drained));
+  }
+  if (!cfg_.send->abandonReferences(kLetGoMs))
+    fail(internalError("the network proxy still holds steps sent from the user's buffers " +
+                       std::to_string(kLetGoMs) + " ms after the operation failed"));
+  return status_;
 }
 
 }  // namespace plait

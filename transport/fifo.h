@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 
 #include "algorithms/portability.h"
 #include "base/wait.h"
@@ -64,6 +65,10 @@ struct alignas(64) FifoControl {
   // first to act wins. A word belongs to one step until the sender posts
   // into that step's buffer again.
   alignas(64) uint64_t reply[kMaxFifoSteps];
+  // Per step marked kStepReference: the address of its payload in the
+  // sender's process (FifoSender::postReference). Only a network send
+  // connector's proxy, in the same process, reads it.
+  alignas(64) uint64_t source[kMaxFifoSteps];
 };
 static_assert(sizeof(FifoControl) <= kFifoControlBytes);
 
@@ -82,6 +87,10 @@ constexpr uint64_t kStepPayloadMask = (uint64_t(1) << 48) - 1;
 constexpr uint64_t kStepLast = uint64_t(1) << 63;
 constexpr uint64_t kStepRendezvous = uint64_t(1) << 62;
 constexpr uint64_t kStepPut = uint64_t(1) << 61;
+// The step's payload is not in its buffer but at FifoControl::source (a
+// network send connector's proxy sends it from there: FifoSender::postReference).
+// Set only by this process's schedule for its own proxy; never crosses a network.
+constexpr uint64_t kStepReference = uint64_t(1) << 60;
 
 // The shape both ends agree on (exchanged at connection time).
 struct FifoShape {
@@ -175,6 +184,45 @@ class FifoSender {
     wake(detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers);
   }
 
+  // Network send connectors whose proxy can send from any memory of this
+  // process (transport/net: the built-in socket module) take steps by
+  // reference: set by the connector, before the schedule uses this end.
+  void enableReferences() { references_ = true; }
+  bool takesReferences() const { return references_; }
+  // Like post(), for an acquired step whose `bytes` of payload stay at `data`
+  // instead of the step's buffer: the proxy sends them from there. They must
+  // not change until the step is released (drained(), waitDrained()). Only
+  // where takesReferences().
+  void postReference(const void* data, size_t bytes) {
+    ctrl_->source[slot_] = reinterpret_cast<uintptr_t>(data);
+    post(bytes | kStepReference);
+  }
+  // Waits until the receiver released every posted step (a proxy sent them
+  // all): after steps by reference, before their memory may change. Fails as
+  // acquire() does (abort, deadline, the receiver gave up).
+  Status waitDrained() {
+    auto ready = [this] { return drained() || detail::eitherAborted(ctrl_); };
+    PLAIT_RETURN_IF_ERROR(waitUntil(ready, detail::futexWordOf(&ctrl_->head), &ctrl_->sendSleepers, *ctx_));
+    if (drained()) return Status::ok();
+    return aborted() ? abortedError(*ctx_) : peerAbortedError(*ctx_);
+  }
+
+  // After a failure with steps by reference still posted: gives up this end
+  // (abort()) and waits, at most `ms`, until the receiver, a proxy, let go of
+  // them: released them all or marked its own end aborted (it touches no step
+  // after that). Ignores the abort flag, which is what may have ended the
+  // schedule. False when the receiver did not answer in time.
+  bool abandonReferences(int64_t ms) {
+    abort();
+    const uint64_t until = nowNs() + static_cast<uint64_t>(ms) * 1'000'000;
+    while (!drained() && !peerAborted()) {
+      if (nowNs() > until) return false;
+      timespec ts{0, 50'000};
+      nanosleep(&ts, nullptr);
+    }
+    return true;
+  }
+
   // Gives up: marks the send end aborted in the control block and wakes both
   // ends. From then on every wait on either end fails (the receiver's with
   // "<peer> aborted during ...", this end's with "aborted during ..."); steps
@@ -240,6 +288,7 @@ class FifoSender {
   uint64_t tail_ = 0;        // steps posted by this end (the shared tail's value)
   uint64_t cachedHead_ = 0;  // last head read; head only grows, so this is a lower bound
   int slot_ = 0;             // tail_ % nSteps
+  bool references_ = false;  // enableReferences()
 };
 
 // The receiving end. Typical use, per step:

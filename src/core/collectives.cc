@@ -16,6 +16,17 @@ bool isReduction(CollType c) {
   return c == CollType::kAllReduce || c == CollType::kReduce || c == CollType::kReduceScatter;
 }
 
+// Whether the ring collective's input and output share a byte (in place,
+// or partly): its input may then change during the operation.
+bool inputMeetsOutput(const Task& task, int nranks) {
+  if (task.sendbuff == nullptr || task.recvbuff == nullptr) return false;
+  const size_t bytes = task.count * typeSize(task.type);
+  const size_t in = task.coll == CollType::kReduceScatter ? bytes * static_cast<size_t>(nranks) : bytes;
+  const size_t out = task.coll == CollType::kAllGather ? bytes * static_cast<size_t>(nranks) : bytes;
+  const auto x = reinterpret_cast<uintptr_t>(task.sendbuff), y = reinterpret_cast<uintptr_t>(task.recvbuff);
+  return x < y + out && y < x + in;
+}
+
 }  // namespace
 
 HostPrimitives Communicator::makePrimitives(const Task& task, const Plan& plan, int channel) const {
@@ -28,6 +39,11 @@ HostPrimitives Communicator::makePrimitives(const Task& task, const Plan& plan, 
   pc.elemSize = elem;
   pc.sliceBytes = std::max(elem, std::min(plan.sliceBytes, shm_->ringShape().stepBytes) / elem * elem);
   pc.nonTemporalOutput = plan.nonTemporal;
+  // A network edge whose proxy sends from this process's memory: the ring
+  // schedules write each output byte once per operation, and
+  // runRingCollectiveChannel waits for the sends (HostPrimitives::finish).
+  pc.sendByReference = pc.send != nullptr && pc.send->takesReferences();
+  pc.srcStays = pc.sendByReference && !inputMeetsOutput(task, nranks_);
   return HostPrimitives(pc);
 }
 
@@ -132,8 +148,8 @@ Status Communicator::runRingCollectiveChannel(const Task& task, const Plan& plan
     default:
       return internalError(std::string(collName(task.coll)) + " has no ring schedule");
   }
-  if (!ok) return prims.status();
-  return Status::ok();
+  (void)ok;  // a failed verb is in prims.status()
+  return prims.finish();
 }
 
 }  // namespace plait

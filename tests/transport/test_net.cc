@@ -292,6 +292,94 @@ TEST_CASE("net transport: ring and point-to-point FIFOs between two ranks over t
   t[1].reset();
 }
 
+// Ring sends over the built-in socket module may leave their payload in the
+// user's buffer (FifoSender::postReference): the proxy sends it from there.
+// The bytes arrive, waitDrained() says when the buffer may change, a
+// connector that takes no references (point-to-point) refuses such a step,
+// and after a failure abandonReferences() returns once the proxy has let go.
+TEST_CASE("net transport: ring steps by reference are sent from the caller's memory", "[net]") {
+  loopbackSocketNet();
+  ThreadOob::Shared shared;
+  std::atomic<uint32_t> abortFlags[2] = {0, 0};
+  std::unique_ptr<NetTransport> t[2];
+  std::string connectErrors[2];
+  std::thread threads[2];
+  for (int r = 0; r < 2; ++r)
+    threads[r] = std::thread([&, r] {
+      ThreadOob oob(shared, r);
+      auto res = NetTransport::connect(oob, twoRankOptions(r, &abortFlags[r]), Deadline::afterMs(10000));
+      if (res.isOk()) t[r] = std::move(res).value();
+      else connectErrors[r] = res.status().toString();
+    });
+  for (auto& th : threads) th.join();
+  REQUIRE(connectErrors[0].empty());
+  REQUIRE(connectErrors[1].empty());
+  FifoSender* send = t[0]->ringSend(0);
+  FifoReceiver* recv = t[1]->ringRecv(0);
+  REQUIRE(send->takesReferences());
+  CHECK_FALSE(t[0]->p2pSend(1)->takesReferences());
+
+  // More steps than the FIFO holds, each from its own part of one buffer;
+  // the step buffers themselves are filled with something else.
+  constexpr int kSteps = 12;
+  std::vector<unsigned char> user(kSteps * 4096);
+  for (size_t i = 0; i < user.size(); ++i) user[i] = static_cast<unsigned char>(i * 7 + 3);
+  std::string sendError;
+  std::thread sender([&] {
+    for (int i = 0; i < kSteps; ++i) {
+      auto buf = send->acquire();
+      if (!buf.isOk()) { sendError = buf.status().toString(); return; }
+      std::memset(buf.value(), 0xEE, 4096);
+      send->postReference(user.data() + i * 4096, 4000 + i);
+    }
+    Status drained = send->waitDrained();
+    if (!drained.isOk()) sendError = drained.toString();
+  });
+  for (int i = 0; i < kSteps; ++i) {
+    size_t n = 0;
+    auto buf = recv->acquire(&n);
+    INFO("step " << i << ": " << buf.status().message());
+    REQUIRE(buf.isOk());
+    REQUIRE(n == static_cast<size_t>(4000 + i));
+    CHECK(std::memcmp(buf.value(), user.data() + i * 4096, n) == 0);
+    recv->release();
+  }
+  sender.join();
+  CHECK(sendError.empty());
+  CHECK(send->drained());
+
+  SECTION("a connector that takes no references fails the step, naming why") {
+    FifoSender* p2p = t[0]->p2pSend(1);
+    REQUIRE(p2p->acquire().isOk());
+    p2p->postReference(user.data(), 100);  // misuse: the proxy must not follow it
+    Deadline until = Deadline::afterMs(5000);
+    while (!p2p->peerAborted() && !until.expired()) usleep(1000);
+    CHECK(p2p->peerAborted());
+    CHECK_THAT(t[0]->failure(), Catch::Contains("by reference on a connector that takes none"));
+  }
+  SECTION("after a failure the proxy lets go of the steps it has not sent") {
+    // The receiver takes nothing: steps by reference stay posted once the
+    // sockets are full, then the sender gives up.
+    std::vector<char> page(4096, 'x');
+    uint64_t lastPost = nowNs();
+    for (int posted = 0; posted < 100000 && nowNs() - lastPost < 200'000'000;) {
+      if (send->tryAcquire() == nullptr) {
+        usleep(1000);
+        continue;
+      }
+      send->postReference(page.data(), page.size());
+      ++posted;
+      lastPost = nowNs();
+    }
+    REQUIRE_FALSE(send->drained());  // 200 ms without a free step: the sockets are full
+    CHECK(send->abandonReferences(10000));
+    CHECK(send->peerAborted());
+    CHECK_THAT(t[0]->failure(), Catch::Contains("this rank gave up the connection"));
+  }
+  t[0].reset();
+  t[1].reset();
+}
+
 // Regression: the socket module holds 32 requests per connection. With
 // deeper FIFOs (PLAIT_SHM_STEPS=64; a point-to-point step takes two
 // requests) the proxy posted until the module said "full" and then returned

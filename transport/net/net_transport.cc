@@ -14,6 +14,9 @@
 namespace plait {
 namespace {
 
+PLAIT_PARAM_INT(kNetSendFromBuffers, "NET_SEND_FROM_BUFFERS", 1,
+                "1: ring sends over the built-in socket module go out of the user's buffers, not a copy in the "
+                "FIFO step; 0: always copy");
 PLAIT_PARAM_INT(kNetGdr, "NET_GDR", -1,
                 "GPUDirect RDMA for device buffers to other hosts: the network connectors' step buffers in GPU memory, "
                 "registered as dmabufs. -1: when the network plugin supports dmabufs and the topology puts the NIC "
@@ -123,6 +126,13 @@ Status NetTransport::makeConnectors(const NetTransportOptions& o) {
     p2pRecv_[q] = add(false, q, o.p2p, true, kP2pTag, connectorContext(o, q, "point-to-point receive"));
   }
   for (auto& c : connectors_) PLAIT_RETURN_IF_ERROR(c->allocate());
+  // The built-in socket module sends from any memory of this process without
+  // a registration: ring sends may leave their payload in the user's buffers
+  // (FifoSender::postReference), saving the copy into the step. Other modules
+  // (verbs, UCX, plugins) need registered memory; GPU steps are the kernels'.
+  if (!gpu_ && net_ == socketNet() && kNetSendFromBuffers.get() != 0)
+    for (NetConnector* c : ringSend_)
+      if (c) c->frontSender()->enableReferences();
   return Status::ok();
 }
 

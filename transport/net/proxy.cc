@@ -83,6 +83,9 @@ Status NetConnector::attach(const PlaitNetV8& net, void* comm) {
 
 void NetConnector::close(const PlaitNetV8& net) {
   if (comm_ == nullptr) return;
+  // A schedule waiting for its steps by reference to be let go (FifoSender::
+  // abandonReferences) may return now: nothing sends them any more.
+  if (sending_) AtomicRef<uint32_t>(ctrl_->receiverAborted).store(1, mo::release);
   if (mhandle_) net.deregMr(comm_, mhandle_);
   if (stepsHandle_) net.deregMr(comm_, stepsHandle_);
   (sending_ ? net.closeSend : net.closeRecv)(comm_);
@@ -130,6 +133,10 @@ bool NetConnector::testStep(const PlaitNetV8& net, int slot, int* size) {
 }
 
 void NetConnector::progressSend(const PlaitNetV8& net, bool* moved) {
+  // The schedule gave up with steps by reference posted (FifoSender::
+  // abandonReferences): touch none of them again, and say so.
+  if (AtomicRef<uint32_t>(ctrl_->senderAborted).load(mo::acquire) != 0)
+    return failWith("this rank gave up the connection");
   const uint64_t tail = AtomicRef<uint64_t>(ctrl_->tail).load(mo::acquire);
   const int n = shape_.nSteps;
   while (posted_ < tail) {
@@ -138,15 +145,22 @@ void NetConnector::progressSend(const PlaitNetV8& net, bool* moved) {
     if ((word & kPayloadMask) > shape_.stepBytes)  // never send past the step buffer
       return failWith("this rank posted a step of " + std::to_string(word & kPayloadMask) + " bytes, more than the " +
                       std::to_string(shape_.stepBytes) + "-byte step size");
+    const bool byReference = (word & kStepReference) != 0;
+    if (byReference && !frontSend_->takesReferences())
+      return failWith("this rank posted a step by reference on a connector that takes none");
     if (partsPosted_ == 0) {
-      int rc = net.isend(comm_, step(slot), static_cast<int>(word & kPayloadMask), tag_, stepsHandle(),
-                         &requests_[slot][0]);
+      // A step by reference is sent from where the schedule left it (this
+      // process's memory, unregistered: only modules that need no
+      // registration take references, NetTransport::makeConnectors).
+      char* data = byReference ? reinterpret_cast<char*>(static_cast<uintptr_t>(ctrl_->source[slot])) : step(slot);
+      int rc = net.isend(comm_, data, static_cast<int>(word & kPayloadMask), tag_,
+                         byReference ? nullptr : stepsHandle(), &requests_[slot][0]);
       if (rc != 0) return fail(rc);
       if (requests_[slot][0] == nullptr) break;  // the network is full: test what it has (below)
       partsPosted_ = 1;
     }
     if (trailer_ && partsPosted_ == 1) {
-      words_[slot] = word;
+      words_[slot] = word & ~kStepReference;
       int rc = net.isend(comm_, &words_[slot], sizeof(uint64_t), tag_, mhandle_, &requests_[slot][1]);
       if (rc != 0) return fail(rc);
       if (requests_[slot][1] == nullptr) break;
