@@ -307,6 +307,18 @@ PLAIT_API(ncclResult_t, GroupStart, (void)) {
 } PLAIT_API_END
 
 PLAIT_API(ncclResult_t, GroupEnd, (void)) {
+  // The outermost end runs the group on this thread (and the workers'): on a
+  // non-blocking communicator whose queued host call still runs, both would
+  // drive its connections and number its operations. Refused, as a single
+  // call on a stream is (launch()); the group is dropped, so no rank runs
+  // part of it.
+  if (plait::group::depth() == 1)
+    for (const auto& op : plait::group::pending())
+      if (!op.comm->blocking)
+        if (Status q = checkQuiet(op.comm); !q.isOk()) {
+          (void)plait::group::end([](ncclComm_t, std::vector<Task>&) { return Status::ok(); });
+          return fail(q, "ncclGroupEnd");
+        }
   plait::DeviceGroupScope deviceGroup;  // kernels of the group's communicators run at once
   Status s = plait::group::end([](ncclComm_t comm, std::vector<Task>& tasks) {
     CommUse use(comm);  // destroy/abort on another thread waits for the group's operations

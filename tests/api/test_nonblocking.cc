@@ -419,3 +419,42 @@ TEST_CASE("Calls on a communicator still initialising are refused, not dropped",
   peer.join();
   CHECK(ncclCommDestroy(comm) == ncclSuccess);
 }
+
+// A group ends on the caller's thread. On a non-blocking communicator whose
+// queued collective still waits for its peer, it would have run beside that
+// one on the same connections: ncclGroupEnd refuses it, runs none of it, and
+// the communicator goes on once the queued call is done.
+TEST_CASE("A group on a non-blocking communicator is refused while a queued call runs", "[nonblocking]") {
+  Signal refused;
+  auto errors = runPair([&](int rank, ncclComm_t comm) -> std::string {
+    if (rank == 0) {
+      int32_t x = 1, sum = 0;
+      if (ncclAllReduce(&x, &sum, 1, ncclInt32, ncclSum, comm, nullptr) != ncclInProgress)
+        return "the first AllReduce did not queue";
+      int32_t y = 5, other = 0;
+      ncclGroupStart();
+      ncclAllReduce(&y, &other, 1, ncclInt32, ncclSum, comm, nullptr);
+      const ncclResult_t r = ncclGroupEnd();
+      const std::string why = ncclGetLastError(comm);
+      refused.raise();
+      if (r != ncclInvalidArgument) return "ncclGroupEnd gave " + std::to_string(r);
+      if (why.find("still in progress") == std::string::npos) return "ncclGroupEnd said: " + why;
+      if (waitDone(comm) != ncclSuccess) return "the queued AllReduce failed";
+      if (sum != 3 || other != 0) return "sums " + std::to_string(sum) + ", " + std::to_string(other);
+    } else {
+      if (!refused.wait()) return "rank 0 never tried its group";
+      std::string e = sumOfRanks(comm, 2, rank);  // pairs with rank 0's queued AllReduce
+      if (!e.empty()) return e;
+    }
+    // Quiet now: a group runs.
+    int32_t z = rank + 10, total = 0;
+    ncclGroupStart();
+    ncclAllReduce(&z, &total, 1, ncclInt32, ncclSum, comm, nullptr);
+    const ncclResult_t r = ncclGroupEnd();
+    if (r != ncclSuccess && r != ncclInProgress) return std::string("the second group: ") + ncclGetLastError(comm);
+    if (waitDone(comm) != ncclSuccess) return "the second group failed";
+    return total == 21 ? "" : "the second group gave " + std::to_string(total);
+  });
+  CHECK(errors[0] == "");
+  CHECK(errors[1] == "");
+}
