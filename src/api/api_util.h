@@ -32,6 +32,10 @@ struct ncclComm {
   // on one thread) writes it, while the calling thread reads the fields
   // around it to check its next call's arguments.
   alignas(64) std::atomic<int> inflight{0};
+  // Operations queued on host streams (plait::HostStream) that have not yet
+  // finished: a call without a stream waits for them first (waitForStreams),
+  // as CUDA's legacy default stream waits for the other streams' work.
+  std::atomic<int> onStreams{0};
   alignas(64) std::unique_ptr<plait::Communicator> impl;
   std::thread initThread;           // non-blocking initialisation
   plait::Status initError;
@@ -125,6 +129,12 @@ void stopBackground(ncclComm_t comm);
 // running, an error (as NCCL refuses any call while one is in progress);
 // both would drive the bootstrap at once, which is not thread-safe.
 Status checkQuiet(ncclComm_t comm);
+// Waits until no operation of `comm` is queued on a host stream, so a call
+// without one never runs beside them on another thread (both would drive the
+// communicator's connections and number its operations). Bounded by
+// PLAIT_TIMEOUT; ends early with an error once the communicator is destroyed
+// or aborted.
+Status waitForStreams(ncclComm_t comm);
 
 // Argument checks; each names the argument and its value. The checks are
 // inline and build their error in the out-of-line *Error function, so a

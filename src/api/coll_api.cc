@@ -29,9 +29,11 @@ ncclResult_t launch(ncclComm_t comm, const Task& task, const char* call) {
     if (Status s = checkQuiet(comm); !s.isOk()) return fail(s, call);
   if (task.stream != nullptr) {
     comm->inflight.fetch_add(1, std::memory_order_seq_cst);
+    comm->onStreams.fetch_add(1, std::memory_order_seq_cst);
     task.stream->enqueue([comm, task] {
       Status s = comm->closing.load() ? plait::invalidUsage("comm was destroyed before queued work ran")
                                       : comm->impl->run(task);
+      comm->onStreams.fetch_sub(1, std::memory_order_release);
       comm->inflight.fetch_sub(1, std::memory_order_release);
       return s;
     });
@@ -41,8 +43,15 @@ ncclResult_t launch(ncclComm_t comm, const Task& task, const char* call) {
   if (!use.usable()) return fail(plait::invalidUsage("comm is being destroyed or aborted"), call);
   // A non-blocking communicator's host operation without a stream runs in
   // the background (a device operation only enqueues its kernel: it stays
-  // on the caller's thread, in its CUDA stream's order).
-  if (!comm->blocking && !task.onDevice) return runInBackground(comm, [comm, task] { return comm->impl->run(task); });
+  // on the caller's thread, in its CUDA stream's order). Host operations
+  // without a stream first let those on host streams finish.
+  if (!comm->blocking && !task.onDevice)
+    return runInBackground(comm, [comm, task] {
+      PLAIT_RETURN_IF_ERROR(waitForStreams(comm));
+      return comm->impl->run(task);
+    });
+  if (!task.onDevice)
+    if (Status s = waitForStreams(comm); !s.isOk()) return fail(s, call);
   return fail(comm->impl->run(task), call);
 }
 
@@ -323,6 +332,7 @@ PLAIT_API(ncclResult_t, GroupEnd, (void)) {
   Status s = plait::group::end([](ncclComm_t comm, std::vector<Task>& tasks) {
     CommUse use(comm);  // destroy/abort on another thread waits for the group's operations
     if (!use.usable()) return plait::invalidUsage("a communicator of the group was destroyed or aborted before ncclGroupEnd");
+    PLAIT_RETURN_IF_ERROR(waitForStreams(comm));  // the group runs here, after what host streams hold
     return comm->impl->runGroup(tasks);
   });
   return fail(s, "ncclGroupEnd");

@@ -45,6 +45,26 @@ Status checkQuiet(ncclComm_t comm) {
                          "ncclCommGetAsyncError stops reporting ncclInProgress");
 }
 
+Status waitForStreams(ncclComm_t comm) {
+  if (comm->onStreams.load(std::memory_order_acquire) == 0) [[likely]]
+    return Status::ok();
+  const int64_t timeoutMs = operationTimeoutMs();
+  const Deadline deadline = Deadline::afterMs(timeoutMs);
+  long napUs = 20;
+  while (comm->onStreams.load(std::memory_order_acquire) != 0) {
+    if (comm->closing.load(std::memory_order_acquire) != 0)
+      return invalidUsage("comm was destroyed or aborted while this call waited for its operations on host streams");
+    if (deadline.expired())
+      return remoteError("timed out after " + std::to_string(timeoutMs) + " ms waiting for " +
+                         std::to_string(comm->onStreams.load()) +
+                         " operation(s) queued on host streams before this call (PLAIT_TIMEOUT)");
+    timespec ts{0, napUs * 1000};
+    nanosleep(&ts, nullptr);
+    napUs = std::min(1000L, napUs * 2);
+  }
+  return Status::ok();
+}
+
 void stopBackground(ncclComm_t comm) {
   std::unique_ptr<HostStream> stream;
   {

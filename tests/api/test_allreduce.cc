@@ -172,6 +172,31 @@ TEST_CASE("One thread creates several ranks inside a group", "[init][group]") {
   for (int r = 0; r < n; ++r) CHECK(ncclCommDestroy(comms[r]) == ncclSuccess);
 }
 
+// A call without a stream runs on the caller's thread; one queued on a host
+// stream before it runs on the stream's. Both on one communicator at once
+// would share its connections (here: rank 1 queues its stream AllReduce late,
+// so rank 0's blocking one would meet it). The call without a stream waits for
+// the communicator's stream operations first, as CUDA's legacy default stream
+// waits for the other streams.
+TEST_CASE("A call without a stream waits for the communicator's host-stream operations", "[stream]") {
+  auto failures = runThreads(2, [](int rank, ncclComm_t comm) -> std::string {
+    plait::HostStream stream;
+    std::vector<int64_t> a(4096, rank + 1), b(4096, 100 * (rank + 1));
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (ncclAllReduce(a.data(), a.data(), a.size(), ncclInt64, ncclSum, comm, stream.handle()) != ncclSuccess)
+      return ncclGetLastError(comm);
+    if (ncclAllReduce(b.data(), b.data(), b.size(), ncclInt64, ncclSum, comm, nullptr) != ncclSuccess)
+      return std::string("blocking AllReduce: ") + ncclGetLastError(comm);
+    plait::Status s = stream.synchronize();
+    if (!s.isOk()) return s.toString();
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i] != 3 || b[i] != 300)
+        return "element " + std::to_string(i) + ": " + std::to_string(a[i]) + ", " + std::to_string(b[i]);
+    return "";
+  });
+  for (auto& f : failures) FAIL_CHECK(f);
+}
+
 TEST_CASE("Host streams run operations asynchronously and in order", "[stream]") {
   auto failures = runThreads(2, [](int rank, ncclComm_t comm) -> std::string {
     plait::HostStream stream;
