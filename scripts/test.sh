@@ -155,7 +155,7 @@ asan_build() {
 # owner's, so the transports name it there (src/base/tsan.h) instead.
 TSAN_HOST_TARGETS="test_wait test_worker_pool test_fifo test_line_fifo test_fd_passing test_net test_net_gdr test_api_faults test_api_lifetime
   test_api_mismatch test_membership test_encryption test_rma test_op_status test_nonblocking test_allreduce
-  test_p2p_groups test_registration test_registration_lag test_group_end"
+  test_p2p_groups test_registration test_registration_lag test_group_end test_timeouts"
 tsan_host_build() {
   BUILD_DIR="$ROOT/build-tsan-host" TARGETS="$TSAN_HOST_TARGETS" "$ROOT/scripts/build.sh" \
     -DPLAIT_WITH_CUDA=OFF -DPLAIT_SANITIZE_THREAD=ON -DPLAIT_BUILD_PERF=OFF \

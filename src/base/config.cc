@@ -26,7 +26,13 @@ ParamBase::ParamBase(const char* name, ParamType type, const char* help) : name_
   registry().push_back(this);
 }
 
-std::string ParamBase::source() const { return source_; }
+// Loads the value first (under its lock, published by the release store of
+// loaded_): source_ is written only while loading, so reading it after a
+// load races with no other thread's first get().
+std::string ParamBase::source() const {
+  (void)valueText();
+  return source_;
+}
 
 const char* ParamBase::lookup() const {
   std::string plaitName = std::string("PLAIT_") + name_;

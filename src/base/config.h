@@ -33,7 +33,8 @@ class ParamBase {
   const char* help() const { return help_; }
   virtual std::string defaultText() const = 0;
   virtual std::string valueText() const = 0;
-  // Where the value came from: "default", "PLAIT_X" or "NCCL_X".
+  // Where the value came from: "default", "PLAIT_X" or "NCCL_X" (loads the
+  // value first). Any thread.
   std::string source() const;
   // Forgets the cached value so the next get() reads the environment again
   // (tests and ncclResetDebugInit).

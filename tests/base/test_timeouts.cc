@@ -6,6 +6,9 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <thread>
 
 #include "base/config.h"
 #include "plait/clock.hpp"
@@ -48,4 +51,24 @@ TEST_CASE("Integer parameters: suffixes scale, and values that overflow are reje
   CHECK_FALSE(config::parseInt("99999999999999999999", &v));
   CHECK_FALSE(config::parseInt("12x", &v));
   CHECK_FALSE(config::parseInt("", &v));
+}
+
+// A parameter's source used to be read without its value being loaded: asked
+// first it said "default" whatever the environment held, and asked while
+// another thread's first get() loaded the value it raced with that load's
+// write (ncclParamDumpAll evaluates both in one call, in either order).
+TEST_CASE("A parameter's source is known before its value was read, from any thread", "[timeouts]") {
+  static plait::config::IntParam first("TEST_SOURCE_FIRST", 1, "test");
+  static plait::config::IntParam raced("TEST_SOURCE_RACED", 1, "test");
+  setenv("NCCL_TEST_SOURCE_FIRST", "7", 1);
+  setenv("PLAIT_TEST_SOURCE_RACED", "9", 1);
+  CHECK(first.source() == "NCCL_TEST_SOURCE_FIRST");
+  CHECK(first.get() == 7);
+  std::string seen;
+  std::thread reader([&] { seen = raced.source(); });
+  CHECK(raced.get() == 9);
+  reader.join();
+  CHECK(seen == "PLAIT_TEST_SOURCE_RACED");
+  unsetenv("NCCL_TEST_SOURCE_FIRST");
+  unsetenv("PLAIT_TEST_SOURCE_RACED");
 }
