@@ -56,6 +56,18 @@ class HostPrimitives {
       : cfg_(config),
         sliceElems_(config.sliceBytes / config.elemSize),
         preOp_(config.op.kind == RedOpKind::kPreMulSum && !config.srcScaled) {}
+  // A schedule left without finish() (an exception) still gives up steps it
+  // sent by reference before the buffers go back to the caller.
+  ~HostPrimitives() {
+    if (referenced_) (void)cfg_.send->abandonReferences(kLetGoMs);
+  }
+  HostPrimitives(const HostPrimitives&) = delete;
+  HostPrimitives& operator=(const HostPrimitives&) = delete;
+  HostPrimitives(HostPrimitives&& other) noexcept
+      : cfg_(other.cfg_), sliceElems_(other.sliceElems_), preOp_(other.preOp_), referenced_(other.referenced_),
+        status_(std::move(other.status_)) {
+    other.referenced_ = false;
+  }
 
   // next <- src
   bool send(const void* src, size_t n) { return run(n, false, true, src, nullptr, false); }
@@ -97,7 +109,10 @@ class HostPrimitives {
   PrimitivesConfig cfg_;
   size_t sliceElems_;
   bool preOp_;
-  bool referenced_ = false;  // a step went by reference (finish() must wait)
+  // How long finish() waits for a proxy to let go of steps sent by reference
+  // after a failure (it answers within a nap, well under 1 ms).
+  static constexpr int64_t kLetGoMs = 10'000;
+  bool referenced_ = false;  // a step went by reference and finish() has not settled it
   Status status_;
 };
 
@@ -167,7 +182,7 @@ inline bool HostPrimitives::run(size_t n, bool fromPrev, bool toNext, const void
 
 inline Status HostPrimitives::finish() {
   if (!referenced_) return status_;
-  constexpr int64_t kLetGoMs = 10'000;  // the proxy answers within a nap (well under 1 ms)
+  referenced_ = false;
   if (status_.isOk()) {
     Status drained = cfg_.send->waitDrained();
     if (drained.isOk()) return status_;

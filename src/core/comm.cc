@@ -394,7 +394,7 @@ Status Communicator::connectTransports(Deadline deadline, int nChannels) {
       lsaSize_ = std::gcd(lsaSize_, run);
       run = 0;
     }
-  PLAIT_ASSIGN_OR_RETURN(net_, connectNetworkEdges(oob, so, hostOf, deadline));
+  PLAIT_ASSIGN_OR_RETURN(net_, connectNetworkEdges(oob, so, hostOf, deadline, nullptr, /*sendFromBuffers=*/true));
   pids_ = so.pids;  // remote ranks' pids cleared
   PLAIT_ASSIGN_OR_RETURN(shm_, ShmTransport::connect(oob, so, deadline));
   PLAIT_ASSIGN_OR_RETURN(cma_, probeCma(*bootstrap_, so.localRanks, deadline));

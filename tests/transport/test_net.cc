@@ -307,7 +307,9 @@ TEST_CASE("net transport: ring steps by reference are sent from the caller's mem
   for (int r = 0; r < 2; ++r)
     threads[r] = std::thread([&, r] {
       ThreadOob oob(shared, r);
-      auto res = NetTransport::connect(oob, twoRankOptions(r, &abortFlags[r]), Deadline::afterMs(10000));
+      NetTransportOptions o = twoRankOptions(r, &abortFlags[r]);
+      o.sendFromBuffers = true;  // as the host path's (connectNetworkEdges)
+      auto res = NetTransport::connect(oob, o, Deadline::afterMs(10000));
       if (res.isOk()) t[r] = std::move(res).value();
       else connectErrors[r] = res.status().toString();
     });
@@ -357,6 +359,20 @@ TEST_CASE("net transport: ring steps by reference are sent from the caller's mem
     CHECK(p2p->peerAborted());
     CHECK_THAT(t[0]->failure(), Catch::Contains("by reference on a connector that takes none"));
   }
+  SECTION("a connector that takes no references still sends what was posted before its sender aborted") {
+    FifoSender* p2p = t[0]->p2pSend(1);
+    auto buf = p2p->acquire();
+    REQUIRE(buf.isOk());
+    std::memcpy(buf.value(), "bye", 3);
+    p2p->post(3 | kStepLast);
+    p2p->abort();
+    size_t n = 0;
+    auto got = t[1]->p2pRecv(0)->acquire(&n);
+    INFO(got.status().message());
+    REQUIRE(got.isOk());
+    CHECK(n == (3 | kStepLast));
+    CHECK(std::memcmp(got.value(), "bye", 3) == 0);
+  }
   SECTION("after a failure the proxy lets go of the steps it has not sent") {
     // The receiver takes nothing: steps by reference stay posted once the
     // sockets are full, then the sender gives up.
@@ -374,7 +390,8 @@ TEST_CASE("net transport: ring steps by reference are sent from the caller's mem
     REQUIRE_FALSE(send->drained());  // 200 ms without a free step: the sockets are full
     CHECK(send->abandonReferences(10000));
     CHECK(send->peerAborted());
-    CHECK_THAT(t[0]->failure(), Catch::Contains("this rank gave up the connection"));
+    // The schedule's own giving up is no network failure: nothing to name.
+    CHECK(t[0]->failure().empty());
   }
   t[0].reset();
   t[1].reset();

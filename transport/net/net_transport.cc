@@ -127,10 +127,11 @@ Status NetTransport::makeConnectors(const NetTransportOptions& o) {
   }
   for (auto& c : connectors_) PLAIT_RETURN_IF_ERROR(c->allocate());
   // The built-in socket module sends from any memory of this process without
-  // a registration: ring sends may leave their payload in the user's buffers
-  // (FifoSender::postReference), saving the copy into the step. Other modules
-  // (verbs, UCX, plugins) need registered memory; GPU steps are the kernels'.
-  if (!gpu_ && net_ == socketNet() && kNetSendFromBuffers.get() != 0)
+  // a registration: the host schedules' ring sends may leave their payload in
+  // the user's buffers (FifoSender::postReference), saving the copy into the
+  // step. Other modules (verbs, UCX, plugins) need registered memory; the
+  // device path's FIFOs are the kernels'.
+  if (o.sendFromBuffers && !gpu_ && net_ == socketNet() && kNetSendFromBuffers.get() != 0)
     for (NetConnector* c : ringSend_)
       if (c) c->frontSender()->enableReferences();
   return Status::ok();
@@ -272,7 +273,7 @@ FifoReceiver* NetTransport::p2pRecv(int peer) const {
 
 Result<std::unique_ptr<NetTransport>> connectNetworkEdges(OobExchange& oob, ShmTransportOptions& so,
                                                           const std::vector<uint64_t>& hostOf, Deadline deadline,
-                                                          std::shared_ptr<NetGpuMemory> gpu) {
+                                                          std::shared_ptr<NetGpuMemory> gpu, bool sendFromBuffers) {
   const int nranks = oob.nranks(), rank = oob.rank();
   if (std::all_of(hostOf.begin(), hostOf.end(), [&](uint64_t h) { return h == hostOf[0]; }))
     return std::unique_ptr<NetTransport>();
@@ -294,6 +295,7 @@ Result<std::unique_ptr<NetTransport>> connectNetworkEdges(OobExchange& oob, ShmT
   no.oversubscribed = so.oversubscribed || (so.localCpus > 0 ? threads > so.localCpus : hostOversubscribed(threads));
   no.waitTimeoutMs = so.waitTimeoutMs;
   no.gpu = std::move(gpu);
+  no.sendFromBuffers = sendFromBuffers;
   PLAIT_ASSIGN_OR_RETURN(std::unique_ptr<NetTransport> net, NetTransport::connect(oob, no, deadline));
   so.remoteRingSend.assign(so.nChannels, nullptr);
   so.remoteRingRecv.assign(so.nChannels, nullptr);

@@ -84,6 +84,11 @@ struct NetTransportOptions {
   // The device path's: step buffers in GPU memory where the network and the
   // GPU allow it (PLAIT_NET_GDR); null: host memory.
   std::shared_ptr<NetGpuMemory> gpu;
+  // The host schedules' connectors (not the device path's, whose control
+  // pages kernels write): ring sends may leave their payload in the user's
+  // buffers where the network needs no registration (FifoSender::
+  // postReference; PLAIT_NET_SEND_FROM_BUFFERS).
+  bool sendFromBuffers = false;
 };
 
 // One direction of one network connection (internal to the transport; the
@@ -109,6 +114,7 @@ class NetConnector {
   void abortFront();                  // any thread: the schedule's end gives up
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   // Why it failed (the network's text), or "" while it has not; any thread.
+  // Empty too when the schedule itself gave up the connector (letGo).
   std::string failure() const { return failed() ? failure_ : std::string(); }
   // Proxy thread: every step the schedule posted has been sent (true for
   // receive connectors and failed ones).
@@ -128,6 +134,7 @@ class NetConnector {
   bool testStep(const PlaitNetV8& net, int slot, int* size);
   void fail(int code);
   void failWith(std::string why);  // marks the schedule's end failed with `why`
+  void letGo();                    // send side: the schedule gave up (abandonReferences)
   // Receive side: the FIFO size word for a completed step of `size` bytes;
   // false (and the connector failed) when the peer sent an invalid one.
   bool checkedWord(int slot, int size, uint64_t* word);
@@ -232,9 +239,11 @@ class NetTransport {
 // network and fills so.remoteRing* / so.remoteP2p* with its connectors; also
 // clears so.pids of remote ranks (another host's pids mean nothing here).
 // Returns null when every rank is on one host. Collective, like connect().
-// `gpu` (the device path's) offers GPU memory for the step buffers.
+// `gpu` (the device path's) offers GPU memory for the step buffers;
+// `sendFromBuffers` as NetTransportOptions' (the host path's).
 Result<std::unique_ptr<NetTransport>> connectNetworkEdges(OobExchange& oob, ShmTransportOptions& so,
                                                           const std::vector<uint64_t>& hostOf, Deadline deadline,
-                                                          std::shared_ptr<NetGpuMemory> gpu = nullptr);
+                                                          std::shared_ptr<NetGpuMemory> gpu = nullptr,
+                                                          bool sendFromBuffers = false);
 
 }  // namespace plait

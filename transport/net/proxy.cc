@@ -115,6 +115,17 @@ void NetConnector::failWith(std::string why) {
   PLAIT_INFO(kNet, "network connection to rank %d failed: %s", peer_, failure_.c_str());
 }
 
+// The schedule's own giving up, not the network's: the connector stops, and
+// failure() stays empty so that the first real failure (the peer that
+// closed) is the one NetTransport::failure() names.
+void NetConnector::letGo() {
+  failed_.store(true, std::memory_order_release);
+  AtomicRef<uint32_t>(ctrl_->receiverAborted).store(1, mo::release);
+  wake(detail::futexWordOf(&ctrl_->tail), &ctrl_->recvSleepers);
+  wake(detail::futexWordOf(&ctrl_->head), &ctrl_->sendSleepers);
+  PLAIT_INFO(kNet, "the send connector to rank %d stops: this rank gave up its steps", peer_);
+}
+
 bool NetConnector::testStep(const PlaitNetV8& net, int slot, int* size) {
   for (int part = 0; part < 2; ++part) {
     void*& req = requests_[slot][part];
@@ -134,9 +145,10 @@ bool NetConnector::testStep(const PlaitNetV8& net, int slot, int* size) {
 
 void NetConnector::progressSend(const PlaitNetV8& net, bool* moved) {
   // The schedule gave up with steps by reference posted (FifoSender::
-  // abandonReferences): touch none of them again, and say so.
-  if (AtomicRef<uint32_t>(ctrl_->senderAborted).load(mo::acquire) != 0)
-    return failWith("this rank gave up the connection");
+  // abandonReferences): touch none of them again. Only connectors that take
+  // references: others still send what was posted (FifoSender::abort).
+  if (frontSend_->takesReferences() && AtomicRef<uint32_t>(ctrl_->senderAborted).load(mo::acquire) != 0)
+    return letGo();
   const uint64_t tail = AtomicRef<uint64_t>(ctrl_->tail).load(mo::acquire);
   const int n = shape_.nSteps;
   while (posted_ < tail) {
