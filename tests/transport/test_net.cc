@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -292,30 +293,40 @@ TEST_CASE("net transport: ring and point-to-point FIFOs between two ranks over t
   t[1].reset();
 }
 
+// Two ranks as threads connected over loopback with twoRankOptions, as
+// `adjust` changes them; the test stops here if either could not connect.
+struct ConnectedPair {
+  std::atomic<uint32_t> abortFlags[2] = {0, 0};
+  std::unique_ptr<NetTransport> t[2];
+};
+void connectPair(ConnectedPair& pair, const std::function<void(NetTransportOptions&)>& adjust) {
+  loopbackSocketNet();
+  ThreadOob::Shared shared;
+  std::string connectErrors[2];
+  std::thread threads[2];
+  for (int r = 0; r < 2; ++r)
+    threads[r] = std::thread([&, r] {
+      ThreadOob oob(shared, r);
+      NetTransportOptions o = twoRankOptions(r, &pair.abortFlags[r]);
+      adjust(o);
+      auto res = NetTransport::connect(oob, o, Deadline::afterMs(10000));
+      if (res.isOk()) pair.t[r] = std::move(res).value();
+      else connectErrors[r] = res.status().toString();
+    });
+  for (auto& th : threads) th.join();
+  REQUIRE(connectErrors[0].empty());
+  REQUIRE(connectErrors[1].empty());
+}
+
 // Ring sends over the built-in socket module may leave their payload in the
 // user's buffer (FifoSender::postReference): the proxy sends it from there.
 // The bytes arrive, waitDrained() says when the buffer may change, a
 // connector that takes no references (point-to-point) refuses such a step,
 // and after a failure abandonReferences() returns once the proxy has let go.
 TEST_CASE("net transport: ring steps by reference are sent from the caller's memory", "[net]") {
-  loopbackSocketNet();
-  ThreadOob::Shared shared;
-  std::atomic<uint32_t> abortFlags[2] = {0, 0};
-  std::unique_ptr<NetTransport> t[2];
-  std::string connectErrors[2];
-  std::thread threads[2];
-  for (int r = 0; r < 2; ++r)
-    threads[r] = std::thread([&, r] {
-      ThreadOob oob(shared, r);
-      NetTransportOptions o = twoRankOptions(r, &abortFlags[r]);
-      o.sendFromBuffers = true;  // as the host path's (connectNetworkEdges)
-      auto res = NetTransport::connect(oob, o, Deadline::afterMs(10000));
-      if (res.isOk()) t[r] = std::move(res).value();
-      else connectErrors[r] = res.status().toString();
-    });
-  for (auto& th : threads) th.join();
-  REQUIRE(connectErrors[0].empty());
-  REQUIRE(connectErrors[1].empty());
+  ConnectedPair pair;
+  connectPair(pair, [](NetTransportOptions& o) { o.sendFromBuffers = true; });  // as the host path's
+  auto& t = pair.t;
   FifoSender* send = t[0]->ringSend(0);
   FifoReceiver* recv = t[1]->ringRecv(0);
   REQUIRE(send->takesReferences());
@@ -405,25 +416,12 @@ TEST_CASE("net transport: ring steps by reference are sent from the caller's mem
 // the receiver takes one, so the proxy must complete steps while it cannot
 // post more.
 TEST_CASE("net transport: FIFOs deeper than the network's request limit still complete", "[net]") {
-  loopbackSocketNet();
-  ThreadOob::Shared shared;
-  std::atomic<uint32_t> abortFlags[2] = {0, 0};
-  std::unique_ptr<NetTransport> t[2];
-  std::string connectErrors[2];
-  std::thread threads[2];
-  for (int r = 0; r < 2; ++r)
-    threads[r] = std::thread([&, r] {
-      ThreadOob oob(shared, r);
-      NetTransportOptions o = twoRankOptions(r, &abortFlags[r]);
-      o.ring = FifoShape{kMaxFifoSteps, 4096};
-      o.p2p = FifoShape{kMaxFifoSteps, 4096};
-      auto res = NetTransport::connect(oob, o, Deadline::afterMs(10000));
-      if (res.isOk()) t[r] = std::move(res).value();
-      else connectErrors[r] = res.status().toString();
-    });
-  for (auto& th : threads) th.join();
-  REQUIRE(connectErrors[0].empty());
-  REQUIRE(connectErrors[1].empty());
+  ConnectedPair pair;
+  connectPair(pair, [](NetTransportOptions& o) {
+    o.ring = FifoShape{kMaxFifoSteps, 4096};
+    o.p2p = FifoShape{kMaxFifoSteps, 4096};
+  });
+  auto& t = pair.t;
 
   for (FifoSender* f : {t[0]->ringSend(0), t[0]->p2pSend(1)}) {
     for (int i = 0; i < kMaxFifoSteps; ++i) {  // the whole FIFO, before anything is received
