@@ -8,7 +8,7 @@
 # A and B are environment assignments for every rank of that configuration
 # (default A: none, B: none); PIN_B=1 runs B's rank i under taskset -c i.
 # Sweep: all_reduce_perf -b 256K -e 64M -f 4 -n 20 -w 3, float sum, no check
-# (SWEEP overrides the arguments). Prints per size the median busbw of each
+# (SWEEP overrides the arguments, BENCH the program: alltoall_perf, ...). Prints per size the median busbw of each
 # configuration over the rounds, B / A, and every round's figure.
 # Needs root and iproute2.
 set -euo pipefail
@@ -30,7 +30,7 @@ run_pair() {  # tag pin env-assignments (rank 0 in n0, rank 1 in n1)
     [ "$pin" = 1 ] && prefix=(taskset -c "$i")
     # shellcheck disable=SC2046,SC2086
     ip netns exec "$(netns_node $i)" env $(netns_rank_env $i) NCCL_COMM_ID="$(netns_comm_id $port)" \
-      PLAIT_RANK=$i PLAIT_NRANKS=2 $settings "${prefix[@]}" "$BIN/all_reduce_perf" "${SWEEP_ARGS[@]}" \
+      PLAIT_RANK=$i PLAIT_NRANKS=2 $settings "${prefix[@]}" "$BIN/${BENCH:-all_reduce_perf}" "${SWEEP_ARGS[@]}" \
       >"$OUT/$tag.$i" 2>&1 &
     pids+=($!)
   done
