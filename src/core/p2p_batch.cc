@@ -135,10 +135,6 @@ void P2pBatch::stageOverlappingSends() {
 // were kept.
 P2pBatch::~P2pBatch() {
   settleWrites();
-  // A failed batch's steps sent by reference: the proxy lets go of them
-  // before the caller gets its buffers back (FifoSender::abandonReferences).
-  for (int p = 0; p < nranks_; ++p)
-    if (p != rank_ && peers_[p].referenced && !acked(p)) (void)shm_.p2pSend(p)->abandonReferences(10'000);
   if (storage_.staging.capacity() > (size_t{4} << 20)) std::vector<char>().swap(storage_.staging);
   if (shared_) storage_.busy = false;
 }
@@ -245,21 +241,10 @@ Status P2pBatch::pumpSends(PeerQueues& q, bool* moved) {
       continue;
     }
     const size_t n = std::min(step, m.bytes - m.done);
-    const char* from = m.src + m.done;
+    if (n) std::memcpy(slot, m.src + m.done, n);
     m.done += n;
     const bool last = m.done == m.bytes;
-    if (n && fifo->takesReferences()) {
-      // A network connector whose proxy sends from this process's memory:
-      // the step names the bytes where they lie (an overlapping send's were
-      // staged: stageOverlappingSends). The batch is finished only once the
-      // proxy has sent them (ackStep, as a rendezvous waits for its reader).
-      fifo->postReference(from, n | (last ? kLastStep : 0));
-      q.ackStep = fifo->stepIndex();
-      q.referenced = true;
-    } else {
-      if (n) std::memcpy(slot, from, n);
-      fifo->post(n | (last ? kLastStep : 0));
-    }
+    fifo->post(n | (last ? kLastStep : 0));
     if (last) ++q.nextSend;
   }
   return Status::ok();

@@ -57,7 +57,6 @@ struct PeerQueues {
   uint64_t putClaim = 0;     // the claimed write's request is step putClaim - 1, until it is marked done
   uint64_t putGiveUpNs = 0;  // when the request is withdrawn if still unanswered
   uint64_t firstStep = 0;    // the send FIFO's step index when the batch began (mayPut)
-  bool referenced = false;   // a send went by reference (a network proxy reads it until ackStep)
   std::vector<Message> lineSends, lineRecvs;
   size_t nextLineSend = 0, nextLineRecv = 0;
   bool linesPending() const { return nextLineSend < lineSends.size() || nextLineRecv < lineRecvs.size(); }
@@ -74,7 +73,6 @@ struct PeerQueues {
     nextSend = nextRecv = nextLineSend = nextLineRecv = 0;
     ackStep = putStep = putClaim = firstStep = 0;
     putErr = 0;
-    referenced = false;
   }
 };
 

@@ -318,54 +318,72 @@ void connectPair(ConnectedPair& pair, const std::function<void(NetTransportOptio
   REQUIRE(connectErrors[1].empty());
 }
 
-// Ring and point-to-point sends over the built-in socket module may leave
-// their payload in the user's buffer (FifoSender::postReference): the proxy
-// sends it from there. The bytes arrive (a point-to-point step with its
-// last-step flag and nothing else), waitDrained() says when the buffer may
-// change, and after a failure abandonReferences() returns once the proxy has
-// let go.
-TEST_CASE("net transport: steps by reference are sent from the caller's memory", "[net]") {
+// Ring sends over the built-in socket module may leave their payload in the
+// user's buffer (FifoSender::postReference): the proxy sends it from there.
+// The bytes arrive, waitDrained() says when the buffer may change, a
+// connector that takes no references (point-to-point) refuses such a step,
+// and after a failure abandonReferences() returns once the proxy has let go.
+TEST_CASE("net transport: ring steps by reference are sent from the caller's memory", "[net]") {
   ConnectedPair pair;
   connectPair(pair, [](NetTransportOptions& o) { o.sendFromBuffers = true; });  // as the host path's
   auto& t = pair.t;
   FifoSender* send = t[0]->ringSend(0);
   FifoReceiver* recv = t[1]->ringRecv(0);
   REQUIRE(send->takesReferences());
-  REQUIRE(t[0]->p2pSend(1)->takesReferences());
+  CHECK_FALSE(t[0]->p2pSend(1)->takesReferences());
 
   // More steps than the FIFO holds, each from its own part of one buffer;
   // the step buffers themselves are filled with something else.
   constexpr int kSteps = 12;
   std::vector<unsigned char> user(kSteps * 4096);
   for (size_t i = 0; i < user.size(); ++i) user[i] = static_cast<unsigned char>(i * 7 + 3);
-  for (bool p2p : {false, true}) {
-    FifoSender* out = p2p ? t[0]->p2pSend(1) : send;
-    FifoReceiver* in = p2p ? t[1]->p2pRecv(0) : recv;
-    std::string sendError;
-    std::thread sender([&] {
-      for (int i = 0; i < kSteps; ++i) {
-        auto buf = out->acquire();
-        if (!buf.isOk()) { sendError = buf.status().toString(); return; }
-        std::memset(buf.value(), 0xEE, 4096);
-        out->postReference(user.data() + i * 4096, (4000 + i) | (p2p && i == kSteps - 1 ? kStepLast : 0));
-      }
-      Status drained = out->waitDrained();
-      if (!drained.isOk()) sendError = drained.toString();
-    });
+  std::string sendError;
+  std::thread sender([&] {
     for (int i = 0; i < kSteps; ++i) {
-      size_t n = 0;
-      auto buf = in->acquire(&n);
-      INFO((p2p ? "point-to-point" : "ring") << " step " << i << ": " << buf.status().message());
-      REQUIRE(buf.isOk());
-      REQUIRE(n == ((4000 + i) | (p2p && i == kSteps - 1 ? kStepLast : 0)));
-      CHECK(std::memcmp(buf.value(), user.data() + i * 4096, 4000 + i) == 0);
-      in->release();
+      auto buf = send->acquire();
+      if (!buf.isOk()) { sendError = buf.status().toString(); return; }
+      std::memset(buf.value(), 0xEE, 4096);
+      send->postReference(user.data() + i * 4096, 4000 + i);
     }
-    sender.join();
-    CHECK(sendError.empty());
-    CHECK(out->drained());
+    Status drained = send->waitDrained();
+    if (!drained.isOk()) sendError = drained.toString();
+  });
+  for (int i = 0; i < kSteps; ++i) {
+    size_t n = 0;
+    auto buf = recv->acquire(&n);
+    INFO("step " << i << ": " << buf.status().message());
+    REQUIRE(buf.isOk());
+    REQUIRE(n == static_cast<size_t>(4000 + i));
+    CHECK(std::memcmp(buf.value(), user.data() + i * 4096, n) == 0);
+    recv->release();
   }
+  sender.join();
+  CHECK(sendError.empty());
+  CHECK(send->drained());
 
+  SECTION("a connector that takes no references fails the step, naming why") {
+    FifoSender* p2p = t[0]->p2pSend(1);
+    REQUIRE(p2p->acquire().isOk());
+    p2p->postReference(user.data(), 100);  // misuse: the proxy must not follow it
+    Deadline until = Deadline::afterMs(5000);
+    while (!p2p->peerAborted() && !until.expired()) usleep(1000);
+    CHECK(p2p->peerAborted());
+    CHECK_THAT(t[0]->failure(), Catch::Contains("by reference on a connector that takes none"));
+  }
+  SECTION("a connector that takes no references still sends what was posted before its sender aborted") {
+    FifoSender* p2p = t[0]->p2pSend(1);
+    auto buf = p2p->acquire();
+    REQUIRE(buf.isOk());
+    std::memcpy(buf.value(), "bye", 3);
+    p2p->post(3 | kStepLast);
+    p2p->abort();
+    size_t n = 0;
+    auto got = t[1]->p2pRecv(0)->acquire(&n);
+    INFO(got.status().message());
+    REQUIRE(got.isOk());
+    CHECK(n == (3 | kStepLast));
+    CHECK(std::memcmp(got.value(), "bye", 3) == 0);
+  }
   SECTION("after a failure the proxy lets go of the steps it has not sent") {
     // The receiver takes nothing: steps by reference stay posted once the
     // sockets are full, then the sender gives up.
@@ -385,43 +403,6 @@ TEST_CASE("net transport: steps by reference are sent from the caller's memory",
     CHECK(send->peerAborted());
     // The schedule's own giving up is no network failure: nothing to name.
     CHECK(t[0]->failure().empty());
-  }
-  t[0].reset();
-  t[1].reset();
-}
-
-// Without sendFromBuffers (the device path's connectors) no sender takes
-// references: the proxy refuses such a step rather than follow its address,
-// and a sender's abort still lets the steps it posted go out.
-TEST_CASE("net transport: connectors that take no references", "[net]") {
-  ConnectedPair pair;
-  connectPair(pair, [](NetTransportOptions&) {});
-  auto& t = pair.t;
-  CHECK_FALSE(t[0]->ringSend(0)->takesReferences());
-  CHECK_FALSE(t[0]->p2pSend(1)->takesReferences());
-  std::vector<char> user(100, 'u');
-  SECTION("a step by reference fails the connector, naming why") {
-    FifoSender* ring = t[0]->ringSend(0);
-    REQUIRE(ring->acquire().isOk());
-    ring->postReference(user.data(), user.size());  // misuse: the proxy must not follow it
-    Deadline until = Deadline::afterMs(5000);
-    while (!ring->peerAborted() && !until.expired()) usleep(1000);
-    CHECK(ring->peerAborted());
-    CHECK_THAT(t[0]->failure(), Catch::Contains("by reference on a connector that takes none"));
-  }
-  SECTION("a step posted before its sender aborted still arrives") {
-    FifoSender* p2p = t[0]->p2pSend(1);
-    auto buf = p2p->acquire();
-    REQUIRE(buf.isOk());
-    std::memcpy(buf.value(), "bye", 3);
-    p2p->post(3 | kStepLast);
-    p2p->abort();
-    size_t n = 0;
-    auto got = t[1]->p2pRecv(0)->acquire(&n);
-    INFO(got.status().message());
-    REQUIRE(got.isOk());
-    CHECK(n == (3 | kStepLast));
-    CHECK(std::memcmp(got.value(), "bye", 3) == 0);
   }
   t[0].reset();
   t[1].reset();

@@ -15,8 +15,8 @@ namespace plait {
 namespace {
 
 PLAIT_PARAM_INT(kNetSendFromBuffers, "NET_SEND_FROM_BUFFERS", 1,
-                "1: ring and point-to-point sends over the built-in socket module go out of the user's buffers, "
-                "not a copy in the FIFO step; 0: always copy");
+                "1: ring sends over the built-in socket module go out of the user's buffers, not a copy in the "
+                "FIFO step; 0: always copy");
 PLAIT_PARAM_INT(kNetGdr, "NET_GDR", -1,
                 "GPUDirect RDMA for device buffers to other hosts: the network connectors' step buffers in GPU memory, "
                 "registered as dmabufs. -1: when the network plugin supports dmabufs and the topology puts the NIC "
@@ -132,9 +132,8 @@ Status NetTransport::makeConnectors(const NetTransportOptions& o) {
   // step. Other modules (verbs, UCX, plugins) need registered memory; the
   // device path's FIFOs are the kernels'.
   if (o.sendFromBuffers && !gpu_ && net_ == socketNet() && kNetSendFromBuffers.get() != 0)
-    for (const std::vector<NetConnector*>* senders : {&ringSend_, &p2pSend_})
-      for (NetConnector* c : *senders)
-        if (c) c->frontSender()->enableReferences();
+    for (NetConnector* c : ringSend_)
+      if (c) c->frontSender()->enableReferences();
   return Status::ok();
 }
 

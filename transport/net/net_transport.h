@@ -85,9 +85,9 @@ struct NetTransportOptions {
   // GPU allow it (PLAIT_NET_GDR); null: host memory.
   std::shared_ptr<NetGpuMemory> gpu;
   // The host schedules' connectors (not the device path's, whose control
-  // pages kernels write): ring and point-to-point sends may leave their
-  // payload in the user's buffers where the network needs no registration
-  // (FifoSender::postReference; PLAIT_NET_SEND_FROM_BUFFERS).
+  // pages kernels write): ring sends may leave their payload in the user's
+  // buffers where the network needs no registration (FifoSender::
+  // postReference; PLAIT_NET_SEND_FROM_BUFFERS).
   bool sendFromBuffers = false;
 };
 
